@@ -1,0 +1,78 @@
+"""Engine construction (SQLite pragmas, transaction modes) and programmatic Alembic upgrades."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+BUSY_TIMEOUT_MS = 30_000
+# Execution option read by the "begin" hook: writers open their transaction with BEGIN IMMEDIATE.
+BEGIN_MODE_OPTION = "sqlite_begin_mode"
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    """Configure every new SQLite connection.
+
+    - isolation_level=None stops the sqlite3 module from issuing its own BEGINs, so SQLAlchemy's "begin"
+      hook below decides how each transaction starts.
+    - WAL lets readers proceed while one writer commits; busy_timeout makes writers wait for the lock
+      instead of failing at once; foreign_keys is off by default in SQLite and must be set per connection.
+    """
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def _on_begin(connection: Any) -> None:
+    """Start the transaction as requested: DEFERRED for reads, IMMEDIATE for writes.
+
+    Why IMMEDIATE: a deferred transaction that reads and then writes must upgrade its lock; in WAL mode
+    that upgrade fails with SQLITE_BUSY without waiting when another writer got in first. Taking the write
+    lock up front makes concurrent writers queue on busy_timeout instead.
+    """
+    mode = connection.get_execution_options().get(BEGIN_MODE_OPTION, "DEFERRED")
+    connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def make_engine(db_path: Path) -> Engine:
+    """Create the one Engine a Store uses for ``db_path``."""
+    engine = create_engine(
+        f"sqlite:///{db_path}",
+        # Pooled connections move between threads; each is used by one thread at a time.
+        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+        pool_size=5,
+        max_overflow=20,
+        pool_timeout=60,
+    )
+    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "begin", _on_begin)
+    return engine
+
+
+def alembic_config(engine: Engine | None = None) -> Config:
+    """An Alembic Config built in code (no alembic.ini): script_location is db/migrations."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if engine is not None:
+        # '%' would be read as interpolation by ConfigParser.
+        config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    return config
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Apply migrations up to ``revision`` on ``engine``'s database (idempotent)."""
+    config = alembic_config(engine)
+    with engine.connect().execution_options(**{BEGIN_MODE_OPTION: "IMMEDIATE"}) as connection:
+        # env.py uses this connection (so our pragmas apply) instead of building its own engine.
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)

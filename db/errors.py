@@ -1,0 +1,31 @@
+"""Errors raised by the persistence layer.
+
+Every error a caller (REST, UI, CLI) can cause is a :class:`StoreError` naming the offending field, so the
+front ends can turn it into a 4xx or show it next to the input without parsing messages.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(ValueError):
+    """A request the store refuses; ``field`` names the input that was wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NotFound(StoreError):
+    """The id named by ``field`` does not exist (REST maps this to 404)."""
+
+
+class Conflict(StoreError):
+    """The request is valid but clashes with stored state (REST maps this to 409)."""
+
+
+class ClipIntegrityError(RuntimeError):
+    """A stored clip file no longer matches its sha256 (disk corruption or tampering).
+
+    Not a ValueError: nothing the caller sent was wrong, so it must not become a 4xx.
+    """

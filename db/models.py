@@ -1,0 +1,145 @@
+"""SQLAlchemy 2 typed models: the schema the Alembic migration creates.
+
+JSON payloads are stored as TEXT holding canonical JSON (SQLite has no JSON column type worth relying on);
+timestamps are naive UTC (SQLite has no time zones), re-labelled as UTC when records are built.
+Tables with a public string id also carry an integer ``seq`` primary key: it gives a stable creation order
+for cursor pagination (``after=``) even when two rows share a timestamp.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import CheckConstraint, Float, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Named constraints keep migrations reproducible (SQLite batch mode needs names to alter constraints).
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base carrying the naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Clip(Base):
+    """A content-addressed MP4 and the facts from its sidecar needed for lookup."""
+
+    __tablename__ = "clips"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    path: Mapped[str] = mapped_column(Text)  # relative to the data dir, so the dir can be moved
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    model_id: Mapped[str] = mapped_column(String(200))
+    prompt: Mapped[str] = mapped_column(Text)
+    seed: Mapped[int] = mapped_column(Integer)
+    tier: Mapped[str] = mapped_column(String(100))
+    tier_config_hash: Mapped[str] = mapped_column(String(64))
+    duration_seconds: Mapped[float] = mapped_column(Float)
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    frames: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int] = mapped_column(Integer)
+    timings_json: Mapped[str] = mapped_column(Text)
+    sidecar_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column()
+
+    # Baseline reuse looks clips up by exactly these columns.
+    __table_args__ = (
+        Index("ix_clips_lookup", "model_id", "seed", "width", "height", "tier_config_hash"),
+    )
+
+
+class VideoJob(Base):
+    """One /v1/videos job (queued → in_progress → completed|failed)."""
+
+    __tablename__ = "video_jobs"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    progress: Mapped[int] = mapped_column(Integer)
+    tier: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(200))
+    request_json: Mapped[str] = mapped_column(Text)
+    clip_sha: Mapped[str | None] = mapped_column(ForeignKey("clips.sha256"))
+    error: Mapped[str | None] = mapped_column(Text)
+    inference_time_s: Mapped[float | None] = mapped_column(Float)
+    peak_memory_mb: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column()
+    completed_at: Mapped[datetime | None] = mapped_column()
+
+    # Last line of defence: the store validates first, the database refuses what slips through.
+    __table_args__ = (
+        CheckConstraint("status IN ('queued', 'in_progress', 'completed', 'failed')", name="status"),
+        CheckConstraint("progress BETWEEN 0 AND 100", name="progress"),
+    )
+
+
+class Configuration(Base):
+    """Model + tier (name and parameters) + duration: the unit that reviewers approve."""
+
+    __tablename__ = "configurations"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model_id: Mapped[str] = mapped_column(String(200))
+    tier_name: Mapped[str] = mapped_column(String(100))
+    tier_config_json: Mapped[str] = mapped_column(Text)
+    duration_seconds: Mapped[float] = mapped_column(Float)
+    pair_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column()
+    updated_at: Mapped[datetime] = mapped_column()
+
+
+class Pair(Base):
+    """A same-seed baseline + candidate comparison of one configuration on one prompt."""
+
+    __tablename__ = "pairs"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    prompt: Mapped[str] = mapped_column(Text)
+    seed: Mapped[int] = mapped_column(Integer)
+    tier_name: Mapped[str] = mapped_column(String(100))
+    tier_config_json: Mapped[str] = mapped_column(Text)
+    target_json: Mapped[str] = mapped_column(Text)
+    model_id: Mapped[str] = mapped_column(String(200))
+    configuration_key: Mapped[str] = mapped_column(ForeignKey("configurations.key"), index=True)
+    baseline_video_id: Mapped[str | None] = mapped_column(ForeignKey("video_jobs.id"))
+    candidate_video_id: Mapped[str | None] = mapped_column(ForeignKey("video_jobs.id"))
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    metrics_json: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column()
+    updated_at: Mapped[datetime] = mapped_column()
+
+    __table_args__ = (
+        CheckConstraint("status IN ('queued', 'in_progress', 'completed', 'failed')", name="status"),
+    )
+
+
+class Verdict(Base):
+    """A reviewer's accept/reject of a pair, with a snapshot of what was reviewed."""
+
+    __tablename__ = "verdicts"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    pair_id: Mapped[str] = mapped_column(ForeignKey("pairs.id"), index=True)
+    configuration_key: Mapped[str] = mapped_column(ForeignKey("configurations.key"), index=True)
+    reviewer: Mapped[str] = mapped_column(String(200))
+    decision: Mapped[str] = mapped_column(String(10))
+    reasons_json: Mapped[str] = mapped_column(Text)
+    notes: Mapped[str] = mapped_column(Text)
+    prompt: Mapped[str] = mapped_column(Text)  # snapshot: approval counts distinct prompts per configuration
+    tier_config_json: Mapped[str] = mapped_column(Text)  # snapshot of the exact tier configuration reviewed
+    created_at: Mapped[datetime] = mapped_column()
+
+    __table_args__ = (CheckConstraint("decision IN ('accept', 'reject')", name="decision"),)

@@ -1,0 +1,830 @@
+"""The Store: every read and write of the studio's persistent state.
+
+- One SQLite database (``<data_dir>/studio.db``, WAL mode) reached through one Engine; each public method
+  runs in its own transaction, so a failure part-way leaves nothing behind.
+- Clips are content-addressed files (``<data_dir>/clips/ab/<sha256>.mp4`` with ``<sha256>.json`` beside it),
+  written atomically *before* the row that points at them is committed: a committed row always has its file.
+- Methods take and return plain data (dicts, bytes, frozen records); no ORM object or session escapes.
+- Knows nothing of the engine or the UI.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Select, func, select, update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db import validate as check
+from db.database import BEGIN_MODE_OPTION, make_engine, upgrade
+from db.errors import Conflict, NotFound, StoreError
+from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath
+from db.keys import (
+    canonical_json,
+    configuration_key,
+    normalise_duration,
+    sha256_hex,
+    tier_config_hash,
+    with_tier_name,
+)
+from db.models import Clip, Configuration, Pair, Verdict, VideoJob
+from db.records import (
+    DECISIONS,
+    PAIR_STATUSES,
+    REASONS,
+    RESTART_ERROR,
+    TERMINAL_STATUSES,
+    VIDEO_STATUSES,
+    ApprovalRule,
+    ClipRecord,
+    PairRecord,
+    VerdictRecord,
+    VideoRecord,
+)
+
+T = TypeVar("T")
+
+DB_FILENAME = "studio.db"
+LOCK_RETRIES = 8  # on top of busy_timeout; only reached under pathological contention
+MAX_LIST_LIMIT = 1000
+DURATION_TOLERANCE_S = 1e-6  # durations are derived from frame counts; float noise must not defeat reuse
+UNFINISHED = ("queued", "in_progress")
+
+
+class _Unset:
+    """Marks an update argument that was not passed (None is a real value: it clears a field)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def _now() -> datetime:
+    """Current time as naive UTC (the storage form)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    """Label a stored naive-UTC datetime as UTC for callers."""
+    return None if value is None else value.replace(tzinfo=timezone.utc)
+
+
+def _new_id(prefix: str) -> str:
+    """Public ids look like SGLang's: ``video_<32 hex>``."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _loads(text: str | None) -> Any:
+    """Decode a JSON column (None stays None)."""
+    return None if text is None else json.loads(text)
+
+
+def _is_lock_error(exc: OperationalError) -> bool:
+    """SQLite reports contention as 'database is locked' (or 'busy')."""
+    message = str(exc.orig).lower()
+    return "database is locked" in message or "database is busy" in message
+
+
+# ---------------------------------------------------------------------------------------------- sidecars
+
+
+def _clip_columns(sidecar: dict[str, Any]) -> dict[str, Any]:
+    """Validate a clip sidecar and return the columns the clips table records.
+
+    Required keys: model_id, prompt, seed, tier, width, height, frames, duration_seconds, tokens, and either
+    tier_config (dict; hashed) or tier_config_hash. Optional: timings (dict of stage → seconds).
+    """
+    check.json_dict(sidecar, "sidecar")
+
+    def field(name: str) -> Any:
+        if name not in sidecar:
+            raise StoreError(f"sidecar.{name}", "is required")
+        return sidecar[name]
+
+    timings = sidecar.get("timings", {})
+    check.json_dict(timings, "sidecar.timings")
+    return {
+        "model_id": check.text(field("model_id"), "sidecar.model_id"),
+        "prompt": check.text(field("prompt"), "sidecar.prompt", max_chars=100_000),
+        "seed": check.integer(field("seed"), "sidecar.seed"),
+        "tier": check.text(field("tier"), "sidecar.tier"),
+        "tier_config_hash": _sidecar_tier_hash(sidecar),
+        "width": check.integer(field("width"), "sidecar.width", minimum=1),
+        "height": check.integer(field("height"), "sidecar.height", minimum=1),
+        "frames": check.integer(field("frames"), "sidecar.frames", minimum=1),
+        "duration_seconds": normalise_duration(field("duration_seconds"), "sidecar.duration_seconds"),
+        "tokens": check.integer(field("tokens"), "sidecar.tokens"),
+        "timings_json": canonical_json(timings, "sidecar.timings"),
+    }
+
+
+def _sidecar_tier_hash(sidecar: dict[str, Any]) -> str:
+    """The tier-config hash from the sidecar: computed from tier_config, or given (and then checked)."""
+    given = sidecar.get("tier_config_hash")
+    if "tier_config" in sidecar:
+        computed = tier_config_hash(check.json_dict(sidecar["tier_config"], "sidecar.tier_config"))
+        if given is not None and given != computed:
+            raise StoreError("sidecar.tier_config_hash", "does not match the hash of sidecar.tier_config")
+        return computed
+    if given is None:
+        raise StoreError("sidecar.tier_config", "is required (or sidecar.tier_config_hash)")
+    return check_sha(given, "sidecar.tier_config_hash")
+
+
+# ----------------------------------------------------------------------------------------------- records
+
+
+def _clip_record(row: Clip, data_dir: Path) -> ClipRecord:
+    """ORM row → frozen record (absolute paths resolved against this store's data dir)."""
+    return ClipRecord(
+        sha256=row.sha256,
+        path=data_dir / row.path,
+        sidecar_path=data_dir / sidecar_relpath(row.sha256),
+        size_bytes=row.size_bytes,
+        model_id=row.model_id,
+        prompt=row.prompt,
+        seed=row.seed,
+        tier=row.tier,
+        tier_config_hash=row.tier_config_hash,
+        duration_seconds=row.duration_seconds,
+        width=row.width,
+        height=row.height,
+        frames=row.frames,
+        tokens=row.tokens,
+        timings=_loads(row.timings_json),
+        sidecar=_loads(row.sidecar_json),
+        created_at=_aware(row.created_at),  # type: ignore[arg-type]
+    )
+
+
+def _video_record(row: VideoJob) -> VideoRecord:
+    """ORM row → frozen record."""
+    return VideoRecord(
+        id=row.id,
+        status=row.status,
+        progress=row.progress,
+        tier=row.tier,
+        model=row.model,
+        request=_loads(row.request_json),
+        clip_sha=row.clip_sha,
+        error=row.error,
+        inference_time_s=row.inference_time_s,
+        peak_memory_mb=row.peak_memory_mb,
+        created_at=_aware(row.created_at),  # type: ignore[arg-type]
+        completed_at=_aware(row.completed_at),
+    )
+
+
+def _pair_record(row: Pair, clip_shas: dict[str, str | None]) -> PairRecord:
+    """ORM row → frozen record; ``clip_shas`` maps video id → clip sha for the two videos."""
+    return PairRecord(
+        id=row.id,
+        prompt=row.prompt,
+        seed=row.seed,
+        tier_name=row.tier_name,
+        tier_config=_loads(row.tier_config_json),
+        target=_loads(row.target_json),
+        model_id=row.model_id,
+        configuration_key=row.configuration_key,
+        status=row.status,
+        metrics=_loads(row.metrics_json),
+        error=row.error,
+        baseline_video_id=row.baseline_video_id,
+        candidate_video_id=row.candidate_video_id,
+        baseline_clip_sha=clip_shas.get(row.baseline_video_id) if row.baseline_video_id else None,
+        candidate_clip_sha=clip_shas.get(row.candidate_video_id) if row.candidate_video_id else None,
+        created_at=_aware(row.created_at),  # type: ignore[arg-type]
+        updated_at=_aware(row.updated_at),  # type: ignore[arg-type]
+    )
+
+
+def _verdict_record(row: Verdict) -> VerdictRecord:
+    """ORM row → frozen record."""
+    return VerdictRecord(
+        id=row.id,
+        pair_id=row.pair_id,
+        configuration_key=row.configuration_key,
+        reviewer=row.reviewer,
+        decision=row.decision,
+        reasons=tuple(_loads(row.reasons_json)),
+        notes=row.notes,
+        prompt=row.prompt,
+        tier_config=_loads(row.tier_config_json),
+        created_at=_aware(row.created_at),  # type: ignore[arg-type]
+    )
+
+
+def _pair_records(session: Session, rows: Sequence[Pair]) -> list[PairRecord]:
+    """Build pair records with one query for all their videos' clip shas (no N+1)."""
+    video_ids = {vid for r in rows for vid in (r.baseline_video_id, r.candidate_video_id) if vid}
+    shas: dict[str, str | None] = {}
+    if video_ids:
+        query = select(VideoJob.id, VideoJob.clip_sha).where(VideoJob.id.in_(video_ids))
+        shas = {vid: sha for vid, sha in session.execute(query)}
+    return [_pair_record(r, shas) for r in rows]
+
+
+# -------------------------------------------------------------------------------------------- approval
+
+
+def _tally(rule: ApprovalRule, verdicts: Iterable[VerdictRecord]) -> dict[str, Any]:
+    """Accepts, rejects and distinct accepted prompts for one configuration, and whether ``rule`` approves."""
+    verdicts = list(verdicts)
+    accepted_prompts = sorted({v.prompt for v in verdicts if v.decision == "accept"})
+    accepts = sum(1 for v in verdicts if v.decision == "accept")
+    rejects = sum(1 for v in verdicts if v.decision == "reject")
+    return {
+        "approved": rule.is_approved(len(accepted_prompts), rejects),
+        "accepts": accepts,
+        "rejects": rejects,
+        "distinct_accepted_prompts": len(accepted_prompts),
+        "accepted_prompts": accepted_prompts,
+    }
+
+
+def _configuration_dict(row: Configuration, rule: ApprovalRule, verdicts: list[VerdictRecord]) -> dict[str, Any]:
+    """A configuration's description plus its approval tally."""
+    return {
+        "key": row.key,
+        "model_id": row.model_id,
+        "tier_name": row.tier_name,
+        "tier_config": _loads(row.tier_config_json),
+        "duration_seconds": row.duration_seconds,
+        "pair_count": row.pair_count,
+        "created_at": _aware(row.created_at).isoformat(),  # type: ignore[union-attr]
+        "updated_at": _aware(row.updated_at).isoformat(),  # type: ignore[union-attr]
+        **_tally(rule, verdicts),
+        "rule": rule.as_dict(),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ store
+
+
+class Store:
+    """Persistent state of the studio under one data directory. Thread-safe: share one per process."""
+
+    def __init__(self, data_dir: Path, approval_rule: ApprovalRule | None = None, *, recover: bool = True) -> None:
+        """Open (creating if needed) the store in ``data_dir`` and migrate its database to the latest schema.
+
+        With ``recover`` (the default, for the serving process) jobs and pairs a crash left queued or in
+        progress are marked failed. Pass ``recover=False`` for a second, read-mostly process (a CLI) that
+        must not fail the server's live jobs.
+        """
+        self.data_dir = Path(data_dir)
+        (self.data_dir / "clips").mkdir(parents=True, exist_ok=True)
+        self.db_path = self.data_dir / DB_FILENAME
+        self.approval_rule = approval_rule or ApprovalRule()
+        self._engine = make_engine(self.db_path)
+        upgrade(self._engine)
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        self.recovered_video_ids: list[str] = self._recover_unfinished() if recover else []
+
+    def close(self) -> None:
+        """Release pooled connections (the store must not be used afterwards)."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------ transactions
+
+    def _run(self, work: Callable[[Session], T], *, write: bool) -> T:
+        """Run ``work`` in one transaction: commit if it returns, roll back if it raises.
+
+        Writes start with BEGIN IMMEDIATE (see db.database). busy_timeout already makes a writer wait for
+        the lock; the retry loop is a backstop for the rare SQLITE_BUSY that SQLite returns without waiting.
+        """
+        options = {BEGIN_MODE_OPTION: "IMMEDIATE"} if write else {}
+        for attempt in range(LOCK_RETRIES):
+            try:
+                with self._sessions() as session:
+                    session.connection(execution_options=options)
+                    result = work(session)
+                    session.commit()
+                    return result
+            except OperationalError as exc:
+                if not _is_lock_error(exc) or attempt == LOCK_RETRIES - 1:
+                    raise
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _write(self, work: Callable[[Session], T]) -> T:
+        """A write transaction."""
+        return self._run(work, write=True)
+
+    def _read(self, work: Callable[[Session], T]) -> T:
+        """A read-only transaction (a consistent snapshot; never blocks writers in WAL mode)."""
+        return self._run(work, write=False)
+
+    def _recover_unfinished(self) -> list[str]:
+        """Mark jobs and pairs left queued/in progress by a crash as failed; return the video ids touched."""
+
+        def work(session: Session) -> list[str]:
+            ids = list(session.scalars(select(VideoJob.id).where(VideoJob.status.in_(UNFINISHED))))
+            now = _now()
+            session.execute(
+                update(VideoJob)
+                .where(VideoJob.status.in_(UNFINISHED))
+                .values(status="failed", error=RESTART_ERROR, completed_at=now)
+            )
+            session.execute(
+                update(Pair).where(Pair.status.in_(UNFINISHED)).values(status="failed", error=RESTART_ERROR, updated_at=now)
+            )
+            return ids
+
+        return self._write(work)
+
+    # ------------------------------------------------------------------------------------------- clips
+
+    def put_clip(self, mp4_bytes: bytes, sidecar: dict[str, Any]) -> ClipRecord:
+        """Store an MP4 and its sidecar under the MP4's sha256; return its record.
+
+        Idempotent: storing the same bytes again returns the existing record and keeps the first sidecar
+        (same bytes are the same clip; a re-run's different timings do not make it a new one).
+        Sidecar keys: see :func:`_clip_columns`.
+        """
+        if not isinstance(mp4_bytes, (bytes, bytearray, memoryview)) or len(mp4_bytes) == 0:
+            raise StoreError("mp4_bytes", "must be non-empty bytes")
+        data = bytes(mp4_bytes)
+        columns = _clip_columns(sidecar)
+        sha = sha256_hex(data)
+        existing = self._read(lambda s: s.get(Clip, sha))
+        if existing is not None:
+            return _clip_record(existing, self.data_dir)
+        # Files first, row second: a committed row must never point at a missing file. A crash in between
+        # leaves an orphan file that the next put of the same bytes simply overwrites.
+        atomic_write_bytes(self.data_dir / clip_relpath(sha), data)
+        sidecar_text = json.dumps(sidecar, indent=2, sort_keys=True, ensure_ascii=False)
+        atomic_write_bytes(self.data_dir / sidecar_relpath(sha), sidecar_text.encode("utf-8"))
+        return self._write(lambda s: self._insert_clip(s, sha, len(data), columns, sidecar))
+
+    def _insert_clip(
+        self, session: Session, sha: str, size: int, columns: dict[str, Any], sidecar: dict[str, Any]
+    ) -> ClipRecord:
+        """Insert the clip row unless a concurrent put got there first (checked under the write lock)."""
+        row = session.get(Clip, sha)
+        if row is None:
+            row = Clip(
+                sha256=sha,
+                path=clip_relpath(sha).as_posix(),
+                size_bytes=size,
+                sidecar_json=canonical_json(sidecar, "sidecar"),
+                created_at=_now(),
+                **columns,
+            )
+            session.add(row)
+            session.flush()
+        return _clip_record(row, self.data_dir)
+
+    def get_clip(self, sha: str) -> ClipRecord:
+        """The clip with this sha256; NotFound if it was never stored."""
+        check_sha(sha)
+        row = self._read(lambda s: s.get(Clip, sha))
+        if row is None:
+            raise NotFound("sha256", f"no clip {sha}")
+        return _clip_record(row, self.data_dir)
+
+    def clip_path(self, sha: str) -> Path:
+        """Absolute path of a stored clip's MP4; NotFound if it was never stored."""
+        return self.get_clip(sha).path
+
+    def find_clip(
+        self,
+        model_id: str,
+        prompt: str,
+        seed: int,
+        width: int,
+        height: int,
+        duration_seconds: float,
+        tier_config_hash: str,
+    ) -> ClipRecord | None:
+        """The newest stored clip made with exactly these inputs, or None (used to reuse a baseline).
+
+        Clips whose file has gone missing from disk are skipped rather than returned.
+        """
+        duration = normalise_duration(duration_seconds)
+        query = (
+            select(Clip)
+            .where(
+                Clip.model_id == model_id,
+                Clip.prompt == prompt,
+                Clip.seed == seed,
+                Clip.width == width,
+                Clip.height == height,
+                Clip.tier_config_hash == tier_config_hash,
+                Clip.duration_seconds.between(duration - DURATION_TOLERANCE_S, duration + DURATION_TOLERANCE_S),
+            )
+            .order_by(Clip.created_at.desc())
+        )
+        rows = self._read(lambda s: list(s.scalars(query)))
+        records = (_clip_record(r, self.data_dir) for r in rows)
+        return next((rec for rec in records if rec.path.is_file()), None)
+
+    # -------------------------------------------------------------------------------------- video jobs
+
+    def create_video(self, request: dict[str, Any], tier: str, model: str = "") -> VideoRecord:
+        """Record a new /v1/videos job (status "queued", progress 0) for an already-validated request."""
+        request_json = canonical_json(check.json_dict(request, "request"), "request")
+        tier = check.text(tier, "tier")
+        model = check.text(model, "model", allow_empty=True)
+
+        def work(session: Session) -> VideoRecord:
+            row = VideoJob(
+                id=_new_id("video"),
+                status="queued",
+                progress=0,
+                tier=tier,
+                model=model,
+                request_json=request_json,
+                created_at=_now(),
+            )
+            session.add(row)
+            session.flush()
+            return _video_record(row)
+
+        return self._write(work)
+
+    def update_video(
+        self,
+        video_id: str,
+        *,
+        status: str = UNSET,
+        progress: int = UNSET,
+        clip_sha: str | None = UNSET,
+        error: str | None = UNSET,
+        inference_time_s: float | None = UNSET,
+        peak_memory_mb: float | None = UNSET,
+        completed_at: datetime | None = UNSET,
+        model: str = UNSET,
+    ) -> VideoRecord:
+        """Change the given fields of a job (omitted ones stay; None clears an optional field).
+
+        Rules: completed/failed are final (the status cannot move away from them); "completed" needs a
+        stored clip and sets progress to 100; reaching a final status stamps completed_at if not given.
+        """
+        changes = self._video_changes(status, progress, clip_sha, error, inference_time_s, peak_memory_mb,
+                                      completed_at, model)
+
+        def work(session: Session) -> VideoRecord:
+            row = self._video_row(session, video_id)
+            self._check_video_transition(session, row, changes)
+            for name, value in changes.items():
+                setattr(row, name, value)
+            if row.status in TERMINAL_STATUSES and row.completed_at is None:
+                row.completed_at = _now()
+            session.flush()
+            return _video_record(row)
+
+        return self._write(work)
+
+    @staticmethod
+    def _video_changes(
+        status: Any, progress: Any, clip_sha: Any, error: Any, inference_time_s: Any, peak_memory_mb: Any,
+        completed_at: Any, model: Any,
+    ) -> dict[str, Any]:
+        """Validate the passed update arguments; return column → new value."""
+        validators: dict[str, Callable[[Any], Any]] = {
+            "status": lambda v: check.one_of(v, "status", VIDEO_STATUSES),
+            "progress": lambda v: check.integer(v, "progress", minimum=0, maximum=100),
+            "clip_sha": lambda v: None if v is None else check_sha(v, "clip_sha"),
+            "error": lambda v: None if v is None else check.text(v, "error", max_chars=10_000, allow_empty=True),
+            "inference_time_s": lambda v: check.number(v, "inference_time_s", allow_none=True),
+            "peak_memory_mb": lambda v: check.number(v, "peak_memory_mb", allow_none=True),
+            "completed_at": lambda v: check.utc_naive(v, "completed_at"),
+            "model": lambda v: check.text(v, "model", allow_empty=True),
+        }
+        given = dict(status=status, progress=progress, clip_sha=clip_sha, error=error,
+                     inference_time_s=inference_time_s, peak_memory_mb=peak_memory_mb,
+                     completed_at=completed_at, model=model)
+        changes = {name: validators[name](value) for name, value in given.items() if value is not UNSET}
+        if changes.get("status") == "completed" and "progress" not in changes:
+            changes["progress"] = 100
+        return changes
+
+    @staticmethod
+    def _check_video_transition(session: Session, row: VideoJob, changes: dict[str, Any]) -> None:
+        """Refuse updates that would break the job life cycle or point at a clip that is not stored."""
+        new_status = changes.get("status", row.status)
+        if row.status in TERMINAL_STATUSES and new_status != row.status:
+            raise Conflict("status", f"job {row.id} is already {row.status}; final statuses cannot change")
+        sha = changes.get("clip_sha", row.clip_sha)
+        if "clip_sha" in changes and sha is not None and session.get(Clip, sha) is None:
+            raise NotFound("clip_sha", f"no clip {sha}; store it with put_clip first")
+        if new_status == "completed" and sha is None:
+            raise StoreError("clip_sha", "a completed job needs its clip (pass clip_sha)")
+
+    @staticmethod
+    def _video_row(session: Session, video_id: str, field: str = "video_id") -> VideoJob:
+        """Fetch a job row or raise NotFound(field)."""
+        row = session.scalar(select(VideoJob).where(VideoJob.id == video_id))
+        if row is None:
+            raise NotFound(field, f"no video {video_id!r}")
+        return row
+
+    def get_video(self, video_id: str) -> VideoRecord:
+        """The job with this id; NotFound otherwise."""
+        return self._read(lambda s: _video_record(self._video_row(s, video_id)))
+
+    def list_videos(self, after: str | None = None, limit: int = 20, order: str = "desc") -> list[VideoRecord]:
+        """Jobs in creation order ("asc" oldest first, "desc" newest first), starting after job ``after``.
+
+        To tell whether more exist, ask for ``limit + 1``.
+        """
+        check.one_of(order, "order", ("asc", "desc"))
+        check.integer(limit, "limit", minimum=1, maximum=MAX_LIST_LIMIT)
+
+        def work(session: Session) -> list[VideoRecord]:
+            query: Select[tuple[VideoJob]] = select(VideoJob)
+            if after is not None:
+                cursor = self._video_row(session, after, field="after").seq
+                query = query.where(VideoJob.seq > cursor if order == "asc" else VideoJob.seq < cursor)
+            query = query.order_by(VideoJob.seq.asc() if order == "asc" else VideoJob.seq.desc()).limit(limit)
+            return [_video_record(r) for r in session.scalars(query)]
+
+        return self._read(work)
+
+    def delete_video(self, video_id: str) -> VideoRecord:
+        """Delete a job and return what it was. Its clip file stays (clips are shared, content-addressed).
+
+        Refused (Conflict) for a job that belongs to a pair: verdicts and exports refer to it.
+        """
+
+        def work(session: Session) -> VideoRecord:
+            row = self._video_row(session, video_id)
+            owner = session.scalar(
+                select(Pair.id).where((Pair.baseline_video_id == video_id) | (Pair.candidate_video_id == video_id))
+            )
+            if owner is not None:
+                raise Conflict("video_id", f"video {video_id} belongs to pair {owner} and cannot be deleted")
+            record = _video_record(row)
+            session.delete(row)
+            return record
+
+        return self._write(work)
+
+    # ------------------------------------------------------------------------------------------- pairs
+
+    def create_pair(
+        self,
+        prompt: str,
+        seed: int,
+        tier_name: str,
+        tier_config: dict[str, Any],
+        target: dict[str, Any],
+        model_id: str,
+    ) -> PairRecord:
+        """Create a queued pair and create/update its configuration (one transaction for both).
+
+        The stored tier config is ``tier_config`` with ``"name": tier_name`` folded in; the configuration
+        key is ``configuration_key(model_id, tier_config, target["duration_seconds"], tier_name=tier_name)``.
+        """
+        prompt = check.text(prompt, "prompt", max_chars=100_000)
+        seed = check.integer(seed, "seed")
+        tier_name = check.text(tier_name, "tier_name")
+        model_id = check.text(model_id, "model_id")
+        snapshot = with_tier_name(check.json_dict(tier_config, "tier_config"), tier_name)
+        check.json_dict(target, "target")
+        duration = normalise_duration(target.get("duration_seconds"), "target.duration_seconds")
+        key = configuration_key(model_id, snapshot, duration)
+
+        def work(session: Session) -> PairRecord:
+            self._upsert_configuration(session, key, model_id, tier_name, snapshot, duration)
+            row = self._insert_pair(session, key, prompt, seed, tier_name, snapshot, target, model_id)
+            return _pair_records(session, [row])[0]
+
+        return self._write(work)
+
+    @staticmethod
+    def _upsert_configuration(
+        session: Session, key: str, model_id: str, tier_name: str, snapshot: dict[str, Any], duration: float
+    ) -> None:
+        """Create the configuration on its first pair; afterwards count pairs and bump updated_at."""
+        now = _now()
+        row = session.get(Configuration, key)
+        if row is None:
+            session.add(Configuration(
+                key=key, model_id=model_id, tier_name=tier_name, tier_config_json=canonical_json(snapshot),
+                duration_seconds=duration, pair_count=1, created_at=now, updated_at=now,
+            ))
+        else:
+            row.pair_count += 1
+            row.updated_at = now
+        session.flush()
+
+    @staticmethod
+    def _insert_pair(
+        session: Session, key: str, prompt: str, seed: int, tier_name: str, snapshot: dict[str, Any],
+        target: dict[str, Any], model_id: str,
+    ) -> Pair:
+        """Insert the pair row (queued, no videos yet)."""
+        now = _now()
+        row = Pair(
+            id=_new_id("pair"), prompt=prompt, seed=seed, tier_name=tier_name,
+            tier_config_json=canonical_json(snapshot), target_json=canonical_json(target), model_id=model_id,
+            configuration_key=key, status="queued", created_at=now, updated_at=now,
+        )
+        session.add(row)
+        session.flush()
+        return row
+
+    @staticmethod
+    def _pair_row(session: Session, pair_id: str) -> Pair:
+        """Fetch a pair row or raise NotFound("pair_id")."""
+        row = session.scalar(select(Pair).where(Pair.id == pair_id))
+        if row is None:
+            raise NotFound("pair_id", f"no pair {pair_id!r}")
+        return row
+
+    def set_pair_videos(self, pair_id: str, baseline_video_id: str, candidate_video_id: str) -> PairRecord:
+        """Attach the baseline and candidate jobs to a pair (a baseline job may serve several pairs)."""
+        if baseline_video_id == candidate_video_id:
+            raise StoreError("candidate_video_id", "must differ from baseline_video_id")
+
+        def work(session: Session) -> PairRecord:
+            row = self._pair_row(session, pair_id)
+            self._video_row(session, baseline_video_id, field="baseline_video_id")
+            self._video_row(session, candidate_video_id, field="candidate_video_id")
+            row.baseline_video_id = baseline_video_id
+            row.candidate_video_id = candidate_video_id
+            row.updated_at = _now()
+            session.flush()
+            return _pair_records(session, [row])[0]
+
+        return self._write(work)
+
+    def update_pair(
+        self, pair_id: str, *, status: str = UNSET, metrics: dict[str, Any] | None = UNSET, error: str | None = UNSET
+    ) -> PairRecord:
+        """Change a pair's status, metrics (a JSON dict) or error; omitted fields stay.
+
+        "completed" is allowed only once both videos are completed (so every completed pair has two clips);
+        completed/failed are final, though metrics and error may still be updated.
+        """
+        changes: dict[str, Any] = {}
+        if status is not UNSET:
+            changes["status"] = check.one_of(status, "status", PAIR_STATUSES)
+        if metrics is not UNSET:
+            changes["metrics_json"] = None if metrics is None else canonical_json(check.json_dict(metrics, "metrics"))
+        if error is not UNSET:
+            changes["error"] = None if error is None else check.text(error, "error", max_chars=10_000, allow_empty=True)
+
+        def work(session: Session) -> PairRecord:
+            row = self._pair_row(session, pair_id)
+            self._check_pair_transition(session, row, changes.get("status", row.status))
+            for name, value in changes.items():
+                setattr(row, name, value)
+            row.updated_at = _now()
+            session.flush()
+            return _pair_records(session, [row])[0]
+
+        return self._write(work)
+
+    @staticmethod
+    def _check_pair_transition(session: Session, row: Pair, new_status: str) -> None:
+        """Final statuses stay final; completion needs two completed videos."""
+        if row.status in TERMINAL_STATUSES and new_status != row.status:
+            raise Conflict("status", f"pair {row.id} is already {row.status}; final statuses cannot change")
+        if new_status == "completed" and row.status != "completed":
+            ids = [row.baseline_video_id, row.candidate_video_id]
+            done = session.scalar(
+                select(func.count())
+                .select_from(VideoJob)
+                .where(VideoJob.id.in_([i for i in ids if i]), VideoJob.status == "completed")
+            )
+            if None in ids or done != 2:
+                raise Conflict("status", f"pair {row.id} cannot complete before both of its videos have completed")
+
+    def get_pair(self, pair_id: str) -> PairRecord:
+        """The pair with this id; NotFound otherwise."""
+        return self._read(lambda s: _pair_records(s, [self._pair_row(s, pair_id)])[0])
+
+    def list_pairs(
+        self, status: str | None = None, configuration_key: str | None = None, order: str = "desc"
+    ) -> list[PairRecord]:
+        """Pairs, newest first by default, optionally filtered by status and configuration."""
+        check.one_of(order, "order", ("asc", "desc"))
+        query: Select[tuple[Pair]] = select(Pair)
+        if status is not None:
+            query = query.where(Pair.status == check.one_of(status, "status", PAIR_STATUSES))
+        if configuration_key is not None:
+            query = query.where(Pair.configuration_key == configuration_key)
+        query = query.order_by(Pair.seq.asc() if order == "asc" else Pair.seq.desc())
+        return self._read(lambda s: _pair_records(s, list(s.scalars(query))))
+
+    # ---------------------------------------------------------------------------------------- verdicts
+
+    def add_verdict(
+        self, pair_id: str, reviewer: str, decision: str, reasons: list[str], notes: str = ""
+    ) -> VerdictRecord:
+        """Record a reviewer's accept/reject of a completed pair, with a snapshot of its tier config.
+
+        Allowed decisions: accept, reject. Allowed reasons: ghosting, flicker, blur, colour shift, audio
+        desync, artifact, other. Every verdict is kept (history); approval counts all of them.
+        """
+        reviewer = check.text(reviewer, "reviewer")
+        decision = check.one_of(decision, "decision", DECISIONS)
+        clean_reasons = check.reasons(reasons, REASONS)
+        notes = check.text(notes, "notes", max_chars=check.MAX_NOTES_CHARS, allow_empty=True)
+
+        def work(session: Session) -> VerdictRecord:
+            pair = self._pair_row(session, pair_id)
+            if pair.status != "completed":
+                raise Conflict("pair_id", f"pair {pair_id} is {pair.status}; only completed pairs can be reviewed")
+            row = Verdict(
+                id=_new_id("verdict"), pair_id=pair.id, configuration_key=pair.configuration_key,
+                reviewer=reviewer, decision=decision, reasons_json=json.dumps(list(clean_reasons)), notes=notes,
+                prompt=pair.prompt, tier_config_json=pair.tier_config_json, created_at=_now(),
+            )
+            session.add(row)
+            session.flush()
+            return _verdict_record(row)
+
+        return self._write(work)
+
+    def list_verdicts(self, pair_id: str | None = None, configuration_key: str | None = None) -> list[VerdictRecord]:
+        """Verdicts oldest first, optionally for one pair and/or one configuration."""
+        query: Select[tuple[Verdict]] = select(Verdict).order_by(Verdict.seq)
+        if pair_id is not None:
+            query = query.where(Verdict.pair_id == pair_id)
+        if configuration_key is not None:
+            query = query.where(Verdict.configuration_key == configuration_key)
+        return self._read(lambda s: [_verdict_record(r) for r in s.scalars(query)])
+
+    # ---------------------------------------------------------------------------------- configurations
+
+    @staticmethod
+    def configuration_key(model_id: str, tier_config: dict[str, Any], duration: float,
+                          *, tier_name: str | None = None) -> str:
+        """See :func:`db.keys.configuration_key` (exposed here so callers need only the Store)."""
+        return configuration_key(model_id, tier_config, duration, tier_name=tier_name)
+
+    def configuration_status(self, key: str) -> dict[str, Any]:
+        """A configuration, its tally (approved, accepts, rejects, distinct_accepted_prompts, accepted_prompts),
+        the rule applied, and ``history``: its verdicts oldest first, as dicts."""
+
+        def work(session: Session) -> tuple[Configuration | None, list[VerdictRecord]]:
+            query = select(Verdict).where(Verdict.configuration_key == key).order_by(Verdict.seq)
+            return session.get(Configuration, key), [_verdict_record(r) for r in session.scalars(query)]
+
+        row, verdicts = self._read(work)
+        if row is None:
+            raise NotFound("key", f"no configuration {key!r}")
+        return {**_configuration_dict(row, self.approval_rule, verdicts), "history": [v.as_dict() for v in verdicts]}
+
+    def list_configurations(self) -> list[dict[str, Any]]:
+        """Every configuration (most recently used first) with its tally and ``approved`` flag, no history."""
+
+        def work(session: Session) -> tuple[list[Configuration], list[VerdictRecord]]:
+            rows = list(session.scalars(select(Configuration).order_by(Configuration.updated_at.desc())))
+            return rows, [_verdict_record(r) for r in session.scalars(select(Verdict).order_by(Verdict.seq))]
+
+        rows, verdicts = self._read(work)
+        by_key = _group(verdicts, lambda v: v.configuration_key)
+        return [_configuration_dict(r, self.approval_rule, by_key.get(r.key, [])) for r in rows]
+
+    def approved_pairs(self) -> list[PairRecord]:
+        """Pairs fit to export: completed, in an approved configuration, accepted at least once, never rejected.
+
+        Read in one snapshot, oldest first.
+        """
+
+        def work(session: Session) -> tuple[list[PairRecord], list[VerdictRecord]]:
+            pairs = _pair_records(session, list(session.scalars(select(Pair).where(Pair.status == "completed")
+                                                                .order_by(Pair.seq))))
+            return pairs, [_verdict_record(r) for r in session.scalars(select(Verdict).order_by(Verdict.seq))]
+
+        pairs, verdicts = self._read(work)
+        approved_keys = {
+            key for key, group in _group(verdicts, lambda v: v.configuration_key).items()
+            if _tally(self.approval_rule, group)["approved"]
+        }
+        per_pair = _group(verdicts, lambda v: v.pair_id)
+        return [p for p in pairs if p.configuration_key in approved_keys and _pair_accepted(per_pair.get(p.id, []))]
+
+
+def _group(verdicts: Iterable[VerdictRecord], key: Callable[[VerdictRecord], str]) -> dict[str, list[VerdictRecord]]:
+    """Group verdicts by ``key`` keeping their order."""
+    groups: dict[str, list[VerdictRecord]] = {}
+    for verdict in verdicts:
+        groups.setdefault(key(verdict), []).append(verdict)
+    return groups
+
+
+def _pair_accepted(verdicts: list[VerdictRecord]) -> bool:
+    """At least one accept and no reject on this pair."""
+    decisions = {v.decision for v in verdicts}
+    return "accept" in decisions and "reject" not in decisions
