@@ -1,0 +1,386 @@
+"""Op (d): block-sparse attention over H3's packed sequence, with a KV sink and top-k tile selection.
+
+Layout (diffusers' dispatch layout): q, k, v `[B, S, H, D]`. The packed sequence is
+
+    [ sink rows 0..video_start | video rows video_start..valid_len | padding valid_len..S ]
+
+The video rows are already in tile order (the caller permutes them so that each run of `tile` rows is one 4x4x4
+(t, h, w) cube); video tile i is rows `video_start + i*tile ...`, the last one may be partial.
+
+Semantics:
+- every query sees every sink key (text / audio / conditioning rows);
+- sink query rows (< video_start) attend densely to all valid keys;
+- video query tile i attends to the sink keys plus the top-k video key tiles by mean(q_tile) . mean(k_tile) / sqrt(D)
+  (per batch and head, means over valid rows), k = max(1, ceil(keep_ratio * n_video_tiles));
+- padded key rows never contribute, padded query rows output exactly 0.
+keep_ratio 1.0 is dense attention over the valid keys.
+
+S, video_start and valid_len are runtime arguments of the kernels (`do_not_specialize`), so a new prompt length
+never compiles a new kernel: the compile key is dtype, head_dim, tile and the launch config only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._common import HAS_TRITON, KernelUnavailable, interpret_mode, jit_cache_size, tl, triton
+
+# Launch configuration of the attention kernel; bench/kernels.py sweeps it on the H200.
+CONFIG = {"num_warps": 4, "num_stages": 3}
+
+__all__ = [
+    "KernelUnavailable",
+    "block_sparse_attention",
+    "block_sparse_attention_reference",
+    "kernel_compile_count",
+    "num_keep_tiles",
+    "select_tiles",
+    "select_tiles_reference",
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Layout helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _check_layout(q: torch.Tensor, video_start: int, valid_len: int, tile: int) -> None:
+    S = q.shape[1]
+    if not 0 <= video_start <= valid_len <= S:
+        raise ValueError(f"need 0 <= video_start ({video_start}) <= valid_len ({valid_len}) <= S ({S})")
+    if tile < 16 or tile & (tile - 1):
+        raise ValueError(f"tile must be a power of two >= 16, got {tile}")
+
+
+def num_video_tiles(video_start: int, valid_len: int, tile: int = 64) -> int:
+    """Number of (possibly partial) video tiles between video_start and valid_len."""
+    return -(-(valid_len - video_start) // tile)
+
+
+def num_keep_tiles(n_tiles: int, keep_ratio: float) -> int:
+    """k = max(1, ceil(keep_ratio * n_tiles)), capped at n_tiles (0 when there are no video tiles)."""
+    if n_tiles == 0:
+        return 0
+    return min(n_tiles, max(1, math.ceil(keep_ratio * n_tiles - 1e-9)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tile selection
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _tile_means_reference(x: torch.Tensor, video_start: int, valid_len: int, tile: int) -> torch.Tensor:
+    """Mean over each video tile's valid rows. x `[B, S, H, D]` -> `[B, H, n_tiles, D]` fp32."""
+    B, S, H, D = x.shape
+    n = num_video_tiles(video_start, valid_len, tile)
+    v = x[:, video_start:valid_len].float()
+    pad = n * tile - v.shape[1]
+    if pad:
+        v = torch.cat([v, v.new_zeros(B, pad, H, D)], dim=1)
+    sums = v.view(B, n, tile, H, D).sum(2)  # [B, n, H, D]
+    counts = torch.full((n,), float(tile), device=x.device)
+    if n:
+        counts[-1] = (valid_len - video_start) - (n - 1) * tile
+    return (sums / counts[None, :, None, None]).permute(0, 2, 1, 3).contiguous()
+
+
+def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float) -> torch.Tensor:
+    """Scores q_mean . k_mean^T / sqrt(D) and the top-k key tiles per query tile, ascending. -> `[B, H, n, k]` long."""
+    n, D = qm.shape[-2], qm.shape[-1]
+    k_keep = num_keep_tiles(n, keep_ratio)
+    if n == 0:
+        return torch.empty(*qm.shape[:2], 0, 0, dtype=torch.long, device=qm.device)
+    scores = torch.matmul(qm, km.transpose(-1, -2)) * (1.0 / math.sqrt(D))
+    if k_keep == n:
+        idx = torch.arange(n, device=qm.device).expand(*qm.shape[:2], n, n)
+        return idx.contiguous()
+    idx = torch.topk(scores, k_keep, dim=-1, sorted=False).indices
+    # Ascending order walks K/V forwards in memory; the set, not the order, defines the op.
+    return torch.sort(idx, dim=-1).values
+
+
+def select_tiles_reference(q, k, video_start: int, valid_len: int, keep_ratio: float, tile: int = 64):
+    """Torch reference of `select_tiles` (fp32 means and scores)."""
+    _check_layout(q, video_start, valid_len, tile)
+    qm = _tile_means_reference(q, video_start, valid_len, tile)
+    km = _tile_means_reference(k, video_start, valid_len, tile)
+    return _topk_tiles(qm, km, keep_ratio)
+
+
+if HAS_TRITON:
+
+    @triton.jit(do_not_specialize=["video_start", "valid_len", "n_tiles"])
+    def _tile_mean_kernel(
+        Q, K, QM, KM, video_start, valid_len,
+        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+        H, n_tiles,
+        TILE: tl.constexpr, D: tl.constexpr,
+    ):
+        # Grid (n_tiles, H, B): one [TILE, D] slab of q and of k per program, reduced to two fp32 means.
+        t = tl.program_id(0)
+        h = tl.program_id(1)
+        b = tl.program_id(2).to(tl.int64)
+        rows = (video_start + t * TILE + tl.arange(0, TILE)).to(tl.int64)
+        rmask = rows < valid_len
+        offs_d = tl.arange(0, D)
+        cnt = tl.minimum(valid_len - (video_start + t * TILE), TILE).to(tl.float32)
+        qp = Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :]
+        kp = K + b * stride_kb + h * stride_kh + rows[:, None] * stride_ks + offs_d[None, :]
+        qs = tl.sum(tl.load(qp, mask=rmask[:, None], other=0.0).to(tl.float32), axis=0)
+        ks = tl.sum(tl.load(kp, mask=rmask[:, None], other=0.0).to(tl.float32), axis=0)
+        out = ((b * H + h) * n_tiles + t) * D + offs_d
+        tl.store(QM + out, qs / cnt)
+        tl.store(KM + out, ks / cnt)
+
+
+def _tile_means_triton(q, k, video_start: int, valid_len: int, tile: int):
+    B, S, H, D = q.shape
+    n = num_video_tiles(video_start, valid_len, tile)
+    qm = torch.empty(B, H, n, D, device=q.device, dtype=torch.float32)
+    km = torch.empty_like(qm)
+    if n:
+        _tile_mean_kernel[(n, H, B)](
+            q, k, qm, km, video_start, valid_len,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            H, n, TILE=tile, D=D, num_warps=4,
+        )
+    return qm, km
+
+
+def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile: int = 64) -> torch.Tensor:
+    """Top-k video key tiles for every video query tile. q, k `[B, S, H, D]` -> LongTensor `[B, H, n_q_tiles, k]`.
+
+    n_q_tiles = ceil((valid_len - video_start) / tile); k = max(1, ceil(keep_ratio * n_q_tiles)); indices are
+    ascending video-tile numbers (tile i = rows video_start + i*tile ...). CUDA pools with a Triton kernel; the
+    scores (a tiny [n, D] x [D, n] product per head) and top-k run in torch.
+    """
+    _check_layout(q, video_start, valid_len, tile)
+    if _triton_path(q):
+        _require_kernels("select_tiles")
+        if q.stride(-1) != 1:
+            q = q.contiguous()
+        if k.stride(-1) != 1:
+            k = k.contiguous()
+        qm, km = _tile_means_triton(q, k, video_start, valid_len, tile)
+        return _topk_tiles(qm, km, keep_ratio)
+    return select_tiles_reference(q, k, video_start, valid_len, keep_ratio, tile)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Attention: torch reference (the engine's CPU path)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _allowed_mask(B, H, S, video_start, valid_len, tile, tile_indices, device):
+    """Boolean `[B, H, S, S]` mask: allowed[b, h, i, j] under the op's semantics (tile_indices `[B, H, n, k]`)."""
+    n = num_video_tiles(video_start, valid_len, tile)
+    # Tile-level mask over video tiles, then expanded to rows.
+    tmask = torch.zeros(B, H, n, n, dtype=torch.bool, device=device)
+    if n:
+        tmask.scatter_(-1, tile_indices.to(device), True)
+    pos = torch.arange(S, device=device)
+    is_vid = (pos >= video_start) & (pos < valid_len)
+    tid = ((pos - video_start).clamp(min=0) // tile).clamp(max=max(n - 1, 0))
+    valid_k = pos < valid_len
+    allowed = torch.zeros(B, H, S, S, dtype=torch.bool, device=device)
+    # Sink / text query rows: dense over valid keys.
+    allowed[:, :, :video_start, :] = valid_k
+    # Every valid query sees the sink keys.
+    allowed[:, :, :valid_len, :video_start] = True
+    if n:
+        vq = pos[is_vid]
+        vk = pos[is_vid]
+        sub = tmask[:, :, tid[vq]][:, :, :, tid[vk]]  # [B, H, nv, nv]
+        allowed[:, :, video_start:valid_len, video_start:valid_len] = sub
+    return allowed
+
+
+def block_sparse_attention_reference(q, k, v, *, video_start: int, valid_len: int, keep_ratio: float,
+                                     tile: int = 64, tile_indices: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact torch reference: boolean mask + softmax in fp32 (fp64 for fp64 inputs). Returns `[B, S, H, D]`.
+
+    Uses `select_tiles_reference` when `tile_indices` is None. Padded query rows are exactly 0.
+    """
+    _check_layout(q, video_start, valid_len, tile)
+    B, S, H, D = q.shape
+    if tile_indices is None:
+        tile_indices = select_tiles_reference(q, k, video_start, valid_len, keep_ratio, tile)
+    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    qh, kh, vh = (t.to(cdt).transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
+    allowed = _allowed_mask(B, H, S, video_start, valid_len, tile, tile_indices, q.device)
+    scores = torch.matmul(qh, kh.transpose(-1, -2)) * (1.0 / math.sqrt(D))
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    has_key = allowed.any(-1, keepdim=True)
+    probs = torch.softmax(scores.masked_fill(~has_key, 0.0), dim=-1) * has_key
+    out = torch.matmul(probs, vh).transpose(1, 2)
+    return out.to(q.dtype).contiguous()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Attention: Triton kernel
+# ---------------------------------------------------------------------------------------------------------------
+
+if HAS_TRITON:
+
+    @triton.jit(do_not_specialize=["S", "video_start", "valid_len", "n_sink_qt", "n_vid_tiles", "k_keep",
+                                   "stride_ib", "stride_ih", "stride_it"])
+    def _bsa_fwd_kernel(
+        Q, K, V, O, IDX,
+        stride_qb, stride_qs, stride_qh,
+        stride_kb, stride_ks, stride_kh,
+        stride_vb, stride_vs, stride_vh,
+        stride_ob, stride_os, stride_oh,
+        stride_ib, stride_ih, stride_it,
+        H, S, video_start, valid_len, n_sink_qt, n_vid_tiles, k_keep, qk_scale,
+        TILE: tl.constexpr, D: tl.constexpr, FP32_DOT: tl.constexpr,
+    ):
+        # Grid (query tiles, B*H). Axis 0 runs fastest, so concurrently resident programs share one head's K/V in L2.
+        # Query tiles 0..n_sink_qt are the dense sink/text tiles (scheduled first: they are the long ones), then
+        # video tiles, then tiles that are all padding (they only write zeros).
+        pid_t = tl.program_id(0)
+        pid_bh = tl.program_id(1)
+        b = (pid_bh // H).to(tl.int64)  # batch offsets can pass 2**31 elements at 104k tokens
+        h = pid_bh % H
+        offs_m = tl.arange(0, TILE)
+        offs_d = tl.arange(0, D)
+
+        is_sink_q = pid_t < n_sink_qt
+        vt = pid_t - n_sink_qt
+        q_start = tl.where(is_sink_q, pid_t * TILE, video_start + vt * TILE)
+        q_lim = tl.where(is_sink_q, video_start, valid_len)
+        rows = (q_start + offs_m).to(tl.int64)
+        qmask = rows < q_lim
+
+        q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :],
+                    mask=qmask[:, None], other=0.0)
+
+        # Key schedule: "first" blocks are contiguous from row 0 up to first_lim (all valid keys for a sink query
+        # tile, the sink keys for a video tile); then k_keep gathered video tiles from IDX.
+        n_first = tl.where(is_sink_q, tl.cdiv(valid_len, TILE), tl.cdiv(video_start, TILE))
+        first_lim = tl.where(is_sink_q, valid_len, video_start)
+        n_iter = tl.where(is_sink_q, n_first, n_first + k_keep)
+        n_iter = tl.where(vt < n_vid_tiles, n_iter, 0)  # padding-only query tile: nothing to attend to
+        idx_base = IDX + b * stride_ib + h * stride_ih + tl.maximum(tl.minimum(vt, n_vid_tiles - 1), 0) * stride_it
+
+        m_i = tl.full([TILE], -1.0e30, tl.float32)
+        l_i = tl.zeros([TILE], tl.float32)
+        acc = tl.zeros([TILE, D], tl.float32)
+        k_base = K + b * stride_kb + h * stride_kh
+        v_base = V + b * stride_vb + h * stride_vh
+        for j in range(0, n_iter):
+            in_first = j < n_first
+            t = tl.load(idx_base + tl.maximum(j - n_first, 0), mask=j >= n_first, other=0)
+            start = tl.where(in_first, j * TILE, video_start + t * TILE)
+            lim = tl.where(in_first, first_lim, valid_len)
+            cols = start + offs_m
+            kmask = cols < lim
+            kt = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=kmask[:, None], other=0.0)
+            if FP32_DOT:
+                s = tl.dot(q, tl.trans(kt), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(kt))
+            s = tl.where(kmask[None, :], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            vv = tl.load(v_base + cols[:, None] * stride_vs + offs_d[None, :], mask=kmask[:, None], other=0.0)
+            if FP32_DOT:
+                acc = acc * alpha[:, None] + tl.dot(p, vv.to(tl.float32), input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(vv.dtype), vv)
+            m_i = m_new
+
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
+        # Store every row this program owns below S (padding rows get exact zeros).
+        smask = (rows < tl.where(is_sink_q, video_start, S))[:, None]
+        tl.store(O + b * stride_ob + h * stride_oh + rows[:, None] * stride_os + offs_d[None, :],
+                 out.to(O.dtype.element_ty), mask=smask)
+
+
+def kernel_compile_count() -> int:
+    """Distinct Triton specialisations compiled in-process by this module (0 under the interpreter)."""
+    if not HAS_TRITON:
+        return 0
+    return jit_cache_size(_bsa_fwd_kernel) + jit_cache_size(_tile_mean_kernel)
+
+
+def _triton_path(x: torch.Tensor) -> bool:
+    return x.is_cuda or (x.device.type == "cpu" and interpret_mode())
+
+
+def _require_kernels(op: str) -> None:
+    if not HAS_TRITON:
+        raise KernelUnavailable(
+            f"{op}: sparse attention was requested on {('CUDA')} but Triton is not importable; "
+            "refusing to fall back to dense attention."
+        )
+
+
+def _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices):
+    B, S, H, D = q.shape
+    n_vid = num_video_tiles(video_start, valid_len, tile)
+    n_sink_qt = -(-video_start // tile)
+    n_total_qt = n_sink_qt + max(0, -(-(S - video_start) // tile))
+    if tile_indices.numel() == 0:
+        tile_indices = torch.zeros(B, H, 1, 1, dtype=torch.long, device=q.device)
+    k_keep = tile_indices.shape[-1] if n_vid else 0
+    ti = tile_indices
+    if ti.stride(-1) != 1:
+        ti = ti.contiguous()
+    if n_total_qt == 0:
+        return out
+    qk_scale = (1.0 / math.sqrt(D)) * 1.4426950408889634  # exp2 domain
+    _bsa_fwd_kernel[(n_total_qt, B * H)](
+        q, k, v, out, ti,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        ti.stride(0), ti.stride(1), ti.stride(2),
+        H, S, video_start, valid_len, n_sink_qt, n_vid, k_keep, qk_scale,
+        TILE=tile, D=D, FP32_DOT=q.dtype == torch.float32,
+        num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
+    )
+    return out
+
+
+def block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, keep_ratio: float, tile: int = 64,
+                           tile_indices: torch.Tensor | None = None, strict: bool = True) -> torch.Tensor:
+    """Block-sparse attention. q, k, v `[B, S, H, D]` -> out `[B, S, H, D]` (q's dtype).
+
+    CUDA tensors run the Triton kernels; if they cannot, `KernelUnavailable` is raised when strict (the default) -
+    there is no silent dense fallback. With strict=False a CUDA failure falls back to the exact torch reference
+    (still sparse, never dense). CPU tensors run `block_sparse_attention_reference` (or the Triton interpreter when
+    `H3_KERNELS_INTERPRET=1` / `TRITON_INTERPRET=1`).
+    """
+    _check_layout(q, video_start, valid_len, tile)
+    if not (q.shape == k.shape == v.shape):
+        raise ValueError(f"q, k, v shapes differ: {tuple(q.shape)} {tuple(k.shape)} {tuple(v.shape)}")
+    D = q.shape[-1]
+    if not _triton_path(q):
+        return block_sparse_attention_reference(q, k, v, video_start=video_start, valid_len=valid_len,
+                                                keep_ratio=keep_ratio, tile=tile, tile_indices=tile_indices)
+    try:
+        _require_kernels("block_sparse_attention")
+        if D < 16 or D & (D - 1):
+            raise KernelUnavailable(f"block_sparse_attention: head_dim {D} must be a power of two >= 16")
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        if tile_indices is None:
+            tile_indices = select_tiles(q, k, video_start, valid_len, keep_ratio, tile)
+        out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+        return _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices)
+    except KernelUnavailable:
+        if strict:
+            raise
+    except Exception as exc:  # compile / launch failures on the GPU
+        if strict:
+            raise KernelUnavailable(
+                f"block_sparse_attention: the Triton kernel failed on {q.device} ({type(exc).__name__}: {exc}); "
+                "strict mode refuses to fall back to dense attention"
+            ) from exc
+    return block_sparse_attention_reference(q, k, v, video_start=video_start, valid_len=valid_len,
+                                            keep_ratio=keep_ratio, tile=tile, tile_indices=tile_indices)

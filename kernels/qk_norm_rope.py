@@ -1,0 +1,154 @@
+"""Op (b): per-head RMSNorm of Q and K, then rotary embedding on the leading R channels, both in one launch.
+
+Matches `MiniMaxH3AttnProcessor`: `attn.norm_q` / `attn.norm_k` (`nn.RMSNorm(head_dim)` with a weight), then
+diffusers' `_apply_rotary_emb` (rotate-half over the leading R = cos.shape[-1] channels, the rest passed through):
+
+    n = x * rsqrt(mean(x^2) + eps) * w                      (over the D channels of one head)
+    out[:R/2]  = n[:R/2]  * cos[:R/2]  - n[R/2:R] * sin[:R/2]
+    out[R/2:R] = n[R/2:R] * cos[R/2:R] + n[:R/2]  * sin[R/2:R]
+    out[R:]    = n[R:]
+
+R = 96 of D = 128 on the released model (3 axes x 16 freqs x 2), 24 of 32 on the nano model.
+
+The rotate-half partner of channel d is read with a second, L1-resident load of the same row, so the kernel needs
+no register shuffles: HBM traffic is one read and one write of q and k plus the small cos/sin table.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._common import HAS_TRITON, require_triton, tl, triton, use_triton
+
+CONFIG = {"BLOCK_R": 16, "num_warps": 4}
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y * w.to(x.dtype) if w is not None else y
+
+
+def qk_norm_rope_reference(q, k, q_weight, k_weight, eps, cos, sin):
+    """Torch reference. q, k `[B, S, H, D]`; weights `[D]` or None; cos, sin `[S, R]` (R even, R <= D) or None.
+
+    fp32 math (fp64 for fp64 inputs); returns contiguous tensors of the input dtype.
+    """
+    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    outs = []
+    for x, w in ((q, q_weight), (k, k_weight)):
+        n = _rms(x.to(cdt), w, eps)
+        if cos is not None:
+            r = cos.shape[-1]
+            c = cos.to(cdt)[None, :, None, :]
+            s_ = sin.to(cdt)[None, :, None, :]
+            rot, rest = n[..., :r], n[..., r:]
+            x1, x2 = rot.chunk(2, dim=-1)
+            n = torch.cat((rot * c + torch.cat((-x2, x1), dim=-1) * s_, rest), dim=-1)
+        outs.append(n.to(x.dtype).contiguous())
+    return outs[0], outs[1]
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _norm_rope_tile(X, W, Y, COS, SIN, rows, rmask, S, H, stride_xs, stride_xh, eps,
+                        D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr):
+        # rows index flattened (b*S + s)*H + h; X rows are addressed as (b*S + s) * stride_xs + h * stride_xh.
+        offs_d = tl.arange(0, D)
+        rows = rows.to(tl.int64)  # a fused-QKV token stride times 104k tokens passes 2**31 elements
+        tok = rows // H
+        head = rows % H
+        xrow = tok * stride_xs + head * stride_xh
+        m2 = rmask[:, None]
+        x = tl.load(X + xrow[:, None] + offs_d[None, :], mask=m2, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)
+        if HAS_W:
+            w = tl.load(W + offs_d).to(tl.float32)
+        else:
+            w = tl.full([D], 1.0, tl.float32)
+        n = x * rstd[:, None] * w[None, :]
+        if R > 0:
+            HALF: tl.constexpr = R // 2
+            in_rot = offs_d < R
+            partner = tl.where(offs_d < HALF, offs_d + HALF, tl.where(in_rot, offs_d - HALF, offs_d))
+            sign = tl.where(offs_d < HALF, -1.0, 1.0)
+            # Second read of the row at the partner channels: an L1 hit, cheaper than a cross-lane shuffle.
+            xp = tl.load(X + xrow[:, None] + partner[None, :], mask=m2, other=0.0).to(tl.float32)
+            if HAS_W:
+                wp = tl.load(W + partner).to(tl.float32)
+            else:
+                wp = tl.full([D], 1.0, tl.float32)
+            npart = xp * rstd[:, None] * wp[None, :]
+            s = tok % S
+            cmask = m2 & in_rot[None, :]
+            coff = s[:, None] * R + offs_d[None, :]
+            c = tl.load(COS + coff, mask=cmask, other=1.0)
+            sn = tl.load(SIN + coff, mask=cmask, other=0.0)
+            n = n * c + (sign[None, :] * npart) * sn
+        tl.store(Y + rows[:, None] * D + offs_d[None, :], n.to(Y.dtype.element_ty), mask=m2)
+
+    @triton.jit
+    def _qk_norm_rope_kernel(
+        Q, K, WQ, WK, QO, KO, COS, SIN,
+        n_rows, S, H, stride_qs, stride_qh, stride_ks, stride_kh, eps,
+        D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr, BLOCK_R: tl.constexpr,
+    ):
+        # Axis 1 picks q (0) or k (1): one launch for both tensors.
+        pid = tl.program_id(0)
+        which = tl.program_id(1)
+        rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+        rmask = rows < n_rows
+        if which == 0:
+            _norm_rope_tile(Q, WQ, QO, COS, SIN, rows, rmask, S, H, stride_qs, stride_qh, eps, D, R, HAS_W)
+        else:
+            _norm_rope_tile(K, WK, KO, COS, SIN, rows, rmask, S, H, stride_ks, stride_kh, eps, D, R, HAS_W)
+
+
+def _flat_rows_ok(x: torch.Tensor) -> bool:
+    # Rows are addressed as (b*S + s) * stride_s + h * stride_h, so batch must be a multiple of the token stride.
+    B, S, H, D = x.shape
+    return x.stride(3) == 1 and (B == 1 or x.stride(0) == S * x.stride(1))
+
+
+def _qk_norm_rope_triton(q, k, q_weight, k_weight, eps, cos, sin):
+    require_triton("qk_norm_rope")
+    if q.shape != k.shape:
+        raise ValueError(f"qk_norm_rope: q {tuple(q.shape)} and k {tuple(k.shape)} differ")
+    B, S, H, D = q.shape
+    if D & (D - 1):
+        raise ValueError(f"qk_norm_rope: head_dim {D} must be a power of two")
+    q = q if _flat_rows_ok(q) else q.contiguous()
+    k = k if _flat_rows_ok(k) else k.contiguous()
+    if (q_weight is None) != (k_weight is None):
+        raise ValueError("qk_norm_rope: give both weights or neither")
+    has_w = q_weight is not None
+    R = 0 if cos is None else cos.shape[-1]
+    if cos is not None:
+        cos = cos.to(device=q.device, dtype=torch.float32).contiguous()
+        sin = sin.to(device=q.device, dtype=torch.float32).contiguous()
+    else:
+        cos = sin = q  # unused dummy pointers
+    qo = torch.empty((B, S, H, D), device=q.device, dtype=q.dtype)
+    ko = torch.empty((B, S, H, D), device=k.device, dtype=k.dtype)
+    wq = q_weight.contiguous() if has_w else q
+    wk = k_weight.contiguous() if has_w else k
+    n_rows = B * S * H
+    br = CONFIG["BLOCK_R"]
+    _qk_norm_rope_kernel[(triton.cdiv(n_rows, br), 2)](
+        q, k, wq, wk, qo, ko, cos, sin,
+        n_rows, S, H, q.stride(1), q.stride(2), k.stride(1), k.stride(2), float(eps),
+        D=D, R=R, HAS_W=has_w, BLOCK_R=br, num_warps=CONFIG["num_warps"],
+    )
+    return qo, ko
+
+
+def qk_norm_rope(q, k, q_weight, k_weight, eps, cos, sin):
+    """RMSNorm each head of q and k (weights `[D]`), then rotate-half RoPE on the leading `cos.shape[-1]` channels.
+
+    q, k `[B, S, H, D]` (any strides with a contiguous last dim, e.g. chunks of a fused QKV); cos, sin `[S, R]`
+    (fp32, as `MiniMaxH3RotaryPosEmbed` returns them) or None for no rotation. Returns new contiguous (q, k).
+    """
+    eps = torch.finfo(q.dtype).eps if eps is None else eps
+    if use_triton(q):
+        return _qk_norm_rope_triton(q, k, q_weight, k_weight, eps, cos, sin)
+    return qk_norm_rope_reference(q, k, q_weight, k_weight, eps, cos, sin)
