@@ -1,0 +1,275 @@
+"""Export approved pairs as one zip: the MP4s, manifest.json, SHA256SUMS and README.txt.
+
+The zip is written to a temp file in ``out_dir``, fsynced, then renamed into place, so a reader never sees
+a half-written export and a failure leaves no file behind. Clip bytes are re-hashed while they are copied:
+an export never ships a clip whose bytes differ from the sha256 the manifest promises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import zipfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from db.errors import ClipIntegrityError, NotFound, StoreError
+from db.files import atomic_writer
+from db.keys import sha256_hex
+from db.records import ClipRecord, PairRecord, VerdictRecord
+from db.store import Store
+
+FORMAT = "h3-review-studio-export"
+FORMAT_VERSION = 1
+CHUNK_BYTES = 1 << 20
+SLUG_CHARS = 40
+
+
+@dataclass(frozen=True)
+class _ClipEntry:
+    """One clip as it goes into the zip."""
+
+    role: str  # "baseline" or "candidate"
+    arcname: str
+    clip: ClipRecord
+    video: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _PairEntry:
+    """One pair with everything the manifest says about it."""
+
+    pair: PairRecord
+    verdicts: list[VerdictRecord]
+    clips: tuple[_ClipEntry, _ClipEntry]
+
+
+def export_pairs(store: Store, pair_ids: list[str] | None, out_dir: Path) -> Path:
+    """Write a zip of the given approved pairs (all approved pairs if ``pair_ids`` is empty/None) into
+    ``out_dir`` and return its path.
+
+    Raises StoreError("pair_ids") if a pair is not approved (NotFound if unknown) or nothing is approved,
+    and ClipIntegrityError if a clip file is missing or no longer matches its sha256.
+    """
+    pairs = _select_pairs(store, pair_ids)
+    exported_at = datetime.now(timezone.utc).replace(microsecond=0)
+    entries = [_pair_entry(store, index, pair) for index, pair in enumerate(pairs, start=1)]
+    manifest = _manifest(store, entries, exported_at)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / _zip_name(entries, exported_at)
+    with atomic_writer(path) as handle, zipfile.ZipFile(handle, "w") as archive:
+        for entry in entries:
+            for clip_entry in entry.clips:
+                _copy_verified(archive, clip_entry, exported_at)
+        _write_text(archive, "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", exported_at)
+        _write_text(archive, "SHA256SUMS", _sha256sums(entries), exported_at)
+        _write_text(archive, "README.txt", _readme(manifest), exported_at)
+    return path
+
+
+# -------------------------------------------------------------------------------------------- selection
+
+
+def _select_pairs(store: Store, pair_ids: list[str] | None) -> list[PairRecord]:
+    """The pairs to export, in the order asked; refuse unknown or unapproved ids, naming them."""
+    approved = store.approved_pairs()
+    if not pair_ids:
+        if not approved:
+            raise StoreError("pair_ids", "there are no approved pairs to export")
+        return approved
+    if isinstance(pair_ids, str) or not all(isinstance(i, str) for i in pair_ids):
+        raise StoreError("pair_ids", "must be a list of pair ids")
+    wanted = list(dict.fromkeys(pair_ids))  # duplicates would put the same clip in twice
+    by_id = {p.id: p for p in approved}
+    unknown = [i for i in wanted if i not in by_id and not _pair_exists(store, i)]
+    if unknown:
+        raise NotFound("pair_ids", f"unknown pair(s): {', '.join(unknown)}")
+    refused = [i for i in wanted if i not in by_id]
+    if refused:
+        raise StoreError(
+            "pair_ids",
+            f"not approved: {', '.join(refused)}; only completed pairs that were accepted (never rejected) "
+            "in an approved configuration can be exported",
+        )
+    return [by_id[i] for i in wanted]
+
+
+def _pair_exists(store: Store, pair_id: str) -> bool:
+    """Whether the store knows this pair at all (to tell 'unknown' from 'not approved')."""
+    try:
+        store.get_pair(pair_id)
+    except NotFound:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- entries
+
+
+def _slug(text: str) -> str:
+    """A short filesystem-safe form of a prompt for readable folder names."""
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:SLUG_CHARS].rstrip("-") or "prompt"
+
+
+def _pair_entry(store: Store, index: int, pair: PairRecord) -> _PairEntry:
+    """Collect a pair's clips, videos and verdicts; the folder name says what the pair is."""
+    folder = f"pairs/{index:02d}_{_slug(pair.prompt)}_seed{pair.seed}_{_slug(pair.tier_name)}"
+    clips = (
+        _clip_entry(store, "baseline", pair.baseline_video_id, pair.baseline_clip_sha, f"{folder}/baseline.mp4"),
+        _clip_entry(store, "candidate", pair.candidate_video_id, pair.candidate_clip_sha,
+                    f"{folder}/candidate_{_slug(pair.tier_name)}.mp4"),
+    )
+    return _PairEntry(pair=pair, verdicts=store.list_verdicts(pair_id=pair.id), clips=clips)
+
+
+def _clip_entry(store: Store, role: str, video_id: str | None, sha: str | None, arcname: str) -> _ClipEntry:
+    """A clip of a pair; approved pairs always have both (the store enforces it), so absence is corruption."""
+    if video_id is None or sha is None:
+        raise ClipIntegrityError(f"{role} clip is missing from an approved pair")
+    video = store.get_video(video_id)
+    return _ClipEntry(role=role, arcname=arcname, clip=store.get_clip(sha), video=video.as_dict())
+
+
+# --------------------------------------------------------------------------------------------- manifest
+
+
+def _clip_manifest(entry: _ClipEntry) -> dict[str, Any]:
+    """What the manifest records about one clip (timings come from its sidecar)."""
+    clip = entry.clip
+    return {
+        "file": entry.arcname,
+        "sha256": clip.sha256,
+        "size_bytes": clip.size_bytes,
+        "video_id": entry.video["id"],
+        "tier": clip.tier,
+        "width": clip.width,
+        "height": clip.height,
+        "frames": clip.frames,
+        "duration_seconds": clip.duration_seconds,
+        "tokens": clip.tokens,
+        "timings": clip.sidecar.get("timings", {}),
+        "inference_time_s": entry.video["inference_time_s"],
+        "peak_memory_mb": entry.video["peak_memory_mb"],
+        "sidecar": clip.sidecar,
+    }
+
+
+def _pair_manifest(entry: _PairEntry) -> dict[str, Any]:
+    """What the manifest records about one pair."""
+    pair = entry.pair
+    return {
+        "pair_id": pair.id,
+        "prompt": pair.prompt,
+        "seed": pair.seed,
+        "model_id": pair.model_id,
+        "tier_name": pair.tier_name,
+        "tier_config": pair.tier_config,
+        "target": pair.target,
+        "configuration_key": pair.configuration_key,
+        "metrics": pair.metrics,
+        "verdicts": [v.as_dict() for v in entry.verdicts],
+        **{clip.role: _clip_manifest(clip) for clip in entry.clips},
+    }
+
+
+def _manifest(store: Store, entries: list[_PairEntry], exported_at: datetime) -> dict[str, Any]:
+    """The whole manifest: format, time, approval rule, the configurations involved and every pair."""
+    keys = {e.pair.configuration_key for e in entries}
+    configurations = [
+        {k: v for k, v in store.configuration_status(key).items() if k != "history"} for key in sorted(keys)
+    ]
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "exported_at": exported_at.isoformat(),
+        "approval_rule": store.approval_rule.as_dict(),
+        "pair_count": len(entries),
+        "configurations": configurations,
+        "pairs": [_pair_manifest(e) for e in entries],
+    }
+
+
+def _sha256sums(entries: list[_PairEntry]) -> str:
+    """``sha256sum -c`` format: '<hex>  <path>' per clip."""
+    return "".join(f"{c.clip.sha256}  {c.arcname}\n" for e in entries for c in e.clips)
+
+
+def _readme(manifest: dict[str, Any]) -> str:
+    """Plain-text guide to the archive."""
+    rule = manifest["approval_rule"]
+    return f"""H3 Review Studio export
+=======================
+
+Exported at {manifest["exported_at"]} (UTC); {manifest["pair_count"]} approved pair(s).
+
+Contents
+--------
+pairs/NN_<prompt>_seed<seed>_<tier>/baseline.mp4         the baseline clip (same prompt and seed)
+pairs/NN_<prompt>_seed<seed>_<tier>/candidate_<tier>.mp4 the accelerated clip that was reviewed
+manifest.json  per pair: prompt, seed, model id, tier configuration, target, quality metrics, every
+               reviewer verdict, and per clip its sha256, size, stage timings (from the clip's sidecar)
+               and the full sidecar; plus the approval rule and the configurations' tallies.
+SHA256SUMS     the sha256 of every MP4, in the format of `sha256sum`.
+README.txt     this file.
+
+Approval rule: a configuration is approved once it has accepts on at least
+{rule["min_distinct_prompts"]} distinct prompt(s) and at most {rule["max_rejects"]} reject(s). Exported pairs belong to
+approved configurations, were accepted and never rejected.
+
+Verifying the clips
+-------------------
+Unzip, then in the unzipped folder run:
+
+    sha256sum -c SHA256SUMS
+
+(macOS: `shasum -a 256 -c SHA256SUMS`.) Every line must say OK. The same hashes are in manifest.json under
+pairs[].baseline.sha256 and pairs[].candidate.sha256; the studio stores clips under their sha256, so a hash
+also identifies the clip in the studio that produced this export. Without sha256sum:
+
+    python -c "import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())" FILE.mp4
+"""
+
+
+def _zip_name(entries: list[_PairEntry], exported_at: datetime) -> str:
+    """Readable and unique: time of export plus a digest of what is in it."""
+    digest = sha256_hex(exported_at.isoformat() + "|" + "|".join(e.pair.id for e in entries))[:8]
+    return f"h3-export-{exported_at:%Y%m%d-%H%M%S}-{len(entries)}pairs-{digest}.zip"
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+
+def _zip_info(arcname: str, exported_at: datetime, compress: int) -> zipfile.ZipInfo:
+    """A zip entry stamped with the export time (stable, not the wall clock of each write)."""
+    info = zipfile.ZipInfo(arcname, date_time=exported_at.timetuple()[:6])
+    info.compress_type = compress
+    info.external_attr = 0o644 << 16
+    return info
+
+
+def _write_text(archive: zipfile.ZipFile, arcname: str, text: str, exported_at: datetime) -> None:
+    """A small compressed text entry."""
+    archive.writestr(_zip_info(arcname, exported_at, zipfile.ZIP_DEFLATED), text.encode("utf-8"))
+
+
+def _copy_verified(archive: zipfile.ZipFile, entry: _ClipEntry, exported_at: datetime) -> None:
+    """Stream a clip into the zip (stored: MP4 is already compressed), hashing as it goes."""
+    info = _zip_info(entry.arcname, exported_at, zipfile.ZIP_STORED)
+    digest = hashlib.sha256()
+    zip64 = entry.clip.size_bytes >= zipfile.ZIP64_LIMIT  # must be declared up front when streaming
+    try:
+        with entry.clip.path.open("rb") as source, archive.open(info, "w", force_zip64=zip64) as target:
+            while chunk := source.read(CHUNK_BYTES):
+                digest.update(chunk)
+                target.write(chunk)
+    except FileNotFoundError as exc:
+        raise ClipIntegrityError(f"clip file {entry.clip.path} is missing") from exc
+    if digest.hexdigest() != entry.clip.sha256:
+        raise ClipIntegrityError(
+            f"clip file {entry.clip.path} does not match its sha256 {entry.clip.sha256}; refusing to export it"
+        )
