@@ -1,0 +1,118 @@
+"""Command line: `python -m engine generate|info|tiers`.
+
+Bad input exits 2 with one line on stderr starting with "error:"; a broken checkpoint exits 2 listing its problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.errors import ModelLoadError, RequestError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine", description="MiniMax-H3 t2va engine")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    generate = commands.add_parser("generate", help="generate one clip: FILE.mp4 + FILE.json")
+    generate.add_argument("--prompt", required=True)
+    generate.add_argument("--out", required=True, help="output .mp4 path; the sidecar goes next to it as .json")
+    generate.add_argument("--duration", type=float, default=None, help="seconds (default 5)")
+    generate.add_argument("--aspect", default="16:9")
+    generate.add_argument("--short-edge", type=int, default=None)
+    generate.add_argument("--seed", type=int, default=42)
+    generate.add_argument("--steps", type=int, default=None, help="denoising steps (default: the tier's)")
+    generate.add_argument("--tier", default="baseline")
+    generate.add_argument("--force", action="store_true", help="allow a tier combination refused as risky")
+    generate.add_argument("--model", default=None, help="checkpoint folder (default: embedded h3-nano)")
+    generate.add_argument("--tiers-file", default=None, help="TOML file with extra [[tier]] tables")
+    generate.add_argument("--device", default=None)
+    generate.add_argument("--ulysses", type=int, default=1, help="sequence-parallel processes (1 = in-process)")
+
+    info = commands.add_parser("info", help="print the model config, parameter counts and token counts")
+    info.add_argument("--model", default=None)
+
+    tiers = commands.add_parser("tiers", help="print the tier table as JSON")
+    tiers.add_argument("--duration", type=float, default=None)
+    tiers.add_argument("--tiers-file", default=None)
+    return parser
+
+
+def _payload(args) -> dict:
+    payload = {"prompt": args.prompt, "seed": args.seed, "aspect_ratio": args.aspect, "tier": args.tier,
+               "force": args.force}
+    if args.duration is not None:
+        payload["duration_seconds"] = args.duration
+    if args.short_edge is not None:
+        payload["short_edge"] = args.short_edge
+    if args.steps is not None:
+        payload["steps"] = args.steps
+    return payload
+
+
+def _generate(args) -> int:
+    from engine.engine import Engine
+
+    if not args.out.endswith(".mp4"):
+        raise RequestError("out", f"must end in .mp4, got {args.out!r}")
+    if args.ulysses != 1:
+        from engine.parallel import generate_parallel
+
+        clip = generate_parallel(args.model, args.tiers_file, _payload(args), args.ulysses)
+    else:
+        engine = Engine.load(args.model, args.tiers_file, args.device)
+        clip = engine.generate(_payload(args))
+    mp4_path, json_path = clip.save(args.out)
+    print(json.dumps({"mp4": str(mp4_path), "sidecar": str(json_path), "tier": clip.tier,
+                      "timings": clip.timings, "tokens": clip.tokens}))
+    return 0
+
+
+def _info(args) -> int:
+    from engine.components import load_components
+    from engine.plan import token_counts
+
+    components = load_components(args.model)
+    geometry = components.geometry
+    print(json.dumps({
+        "name": components.name,
+        "model_id": components.model_id,
+        "path": components.path,
+        "untrained": components.untrained,
+        "config": {
+            "transformer": dict(components.transformer.config),
+            "vae": dict(components.vae.config),
+            "audio_vae": dict(components.audio_vae.config),
+            "text_encoder_layers": components.text_encoder.config.text_config.num_hidden_layers,
+            "pipeline": components.pipeline_config,
+        },
+        "parameters": components.parameter_counts(),
+        "tokens": {str(seconds): token_counts(geometry, seconds) for seconds in (5.0, 10.0, 14.375)},
+    }, indent=2, default=str))
+    return 0
+
+
+def _tiers(args) -> int:
+    from engine.tiers import TierTable
+
+    print(json.dumps(TierTable.load(args.tiers_file).describe(args.duration), indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"generate": _generate, "info": _info, "tiers": _tiers}[args.command]
+    try:
+        return handler(args)
+    except RequestError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ModelLoadError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

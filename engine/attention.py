@@ -1,0 +1,124 @@
+"""Attention processors for the H3 block stack: dense, padded-dense and block-sparse.
+
+`StudioAttnProcessor` subclasses diffusers' `MiniMaxH3AttnProcessor` and is installed on the transformer blocks
+only (not the text refiner). Per call it asks the shared `AttentionRuntime` what to do at (step, block):
+- dense, unpadded: exactly diffusers' computation;
+- dense, bucket-padded: keys and values are cut at the valid length, so padded rows contribute exactly zero;
+- sparse: rows are reordered so the video rows form 64-row (4×4×4) tiles, `kernels.block_sparse_attn` runs
+  (Triton on CUDA, the exact torch reference on CPU), and rows go back to packed order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from diffusers.models.attention_dispatch import dispatch_attention_fn
+from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3AttnProcessor, _apply_rotary_emb
+
+from engine.tiers import TierPlan
+
+
+@dataclass
+class AttentionRuntime:
+    """Per-request state every block's processor reads. Keys of compiled kernels use `padded_length` only."""
+
+    plan: TierPlan | None
+    valid_length: int
+    padded_length: int
+    video_start: int
+    row_order: torch.Tensor | None = None  # (padded,) packed row → tile-ordered row
+    inverse_order: torch.Tensor | None = None
+    fused: bool = False
+    strict: bool = True
+    step: int = 0
+    compile_keys: set = field(default_factory=set)
+    sparse_calls: int = 0
+    dense_calls: int = 0
+
+    def begin_step(self, step: int) -> None:
+        self.step, self.sparse_calls, self.dense_calls = step, 0, 0
+
+    def step_record(self) -> dict:
+        record = {"sparse_blocks": self.sparse_calls, "dense_blocks": self.dense_calls}
+        if self.sparse_calls and self.plan is not None and self.plan.tier.sparse is not None:
+            record["keep_ratio"] = self.plan.tier.sparse.keep_ratio
+        return record
+
+
+def tile_row_order(video_start: int, video_order: torch.Tensor, padded_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Full-sequence permutation: sink rows stay, video rows go to tile order, padding stays at the end."""
+    valid = video_start + video_order.numel()
+    order = torch.cat([torch.arange(video_start), video_start + video_order, torch.arange(valid, padded_length)])
+    return order, torch.argsort(order)
+
+
+class StudioAttnProcessor(MiniMaxH3AttnProcessor):
+    def __init__(self, block_index: int, runtime: AttentionRuntime):
+        self.block_index = block_index
+        self.runtime = runtime
+
+    def __call__(self, attn, hidden_states, rotary_emb=None, attention_mask=None):
+        runtime = self.runtime
+        if attn.fused_projections:
+            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
+        else:
+            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+        query = query.unflatten(-1, (attn.heads, -1))
+        key = key.unflatten(-1, (attn.heads, -1))
+        value = value.unflatten(-1, (attn.heads, -1))
+        query, key = self._norm_and_rope(attn, query, key, rotary_emb)
+
+        sparse = runtime.plan.sparse_at(runtime.step, self.block_index) if runtime.plan else None
+        if sparse is not None:
+            hidden_states = self._sparse(query, key, value, sparse.keep_ratio, sparse.tile)
+            runtime.sparse_calls += 1
+        else:
+            valid = runtime.valid_length
+            if valid < query.shape[1]:
+                key, value = key[:, :valid], value[:, :valid]
+            hidden_states = dispatch_attention_fn(
+                query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                backend=self._attention_backend, parallel_config=self._parallel_config,
+            )
+            runtime.dense_calls += 1
+        hidden_states = hidden_states.flatten(2, 3).type_as(query)
+        hidden_states = attn.to_out[0](hidden_states)
+        return attn.to_out[1](hidden_states)
+
+    def _norm_and_rope(self, attn, query, key, rotary_emb):
+        if self.runtime.fused:
+            from engine.fused import fused_qk_norm_rope
+
+            return fused_qk_norm_rope(attn, query, key, rotary_emb)
+        query, key = attn.norm_q(query), attn.norm_k(key)
+        if rotary_emb is not None:
+            query, key = _apply_rotary_emb(query, *rotary_emb), _apply_rotary_emb(key, *rotary_emb)
+        return query, key
+
+    def _sparse(self, query, key, value, keep_ratio: float, tile: int) -> torch.Tensor:
+        from kernels.block_sparse_attn import block_sparse_attention
+
+        runtime = self.runtime
+        order, inverse = runtime.row_order.to(query.device), runtime.inverse_order.to(query.device)
+        runtime.compile_keys.add((runtime.padded_length, tile, str(query.dtype), query.device.type))
+        output = block_sparse_attention(
+            query.index_select(1, order), key.index_select(1, order), value.index_select(1, order),
+            video_start=runtime.video_start, valid_len=runtime.valid_length, keep_ratio=keep_ratio, tile=tile,
+            strict=runtime.strict,
+        )
+        return output.index_select(1, inverse)
+
+
+def install_processors(transformer: torch.nn.Module, runtime: AttentionRuntime) -> list:
+    """Put a `StudioAttnProcessor` on every transformer block; returns the previous processors for restore."""
+    previous = []
+    for index, block in enumerate(transformer.transformer_blocks):
+        previous.append(block.attn.processor)
+        block.attn.set_processor(StudioAttnProcessor(index, runtime))
+    return previous
+
+
+def restore_processors(transformer: torch.nn.Module, previous: list) -> None:
+    for block, processor in zip(transformer.transformer_blocks, previous):
+        block.attn.set_processor(processor)

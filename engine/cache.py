@@ -1,0 +1,98 @@
+"""First-block cache: one skip decision per step, taken after block 0.
+
+If the residual block 0 adds has barely changed since the previous step (relative L1 below the threshold), blocks
+1..N-1 are skipped and the residual they added at the last computed step is reused. The decision is a single bool
+per step, passed through `agree` so that parallel ranks can all-reduce it and never diverge.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from engine.tiers import CacheSpec, TierPlan
+
+
+class FirstBlockCache:
+    """Wraps the transformer blocks' forwards for one request; `remove()` restores them."""
+
+    def __init__(self, spec: CacheSpec, plan: TierPlan, agree: Callable[[bool], bool] | None = None):
+        self.spec = spec
+        self.plan = plan
+        self.agree = agree or (lambda decision: decision)
+        self.blocks: list[torch.nn.Module] = []
+        self.step = 0
+        self.skip = False
+        self.consecutive = 0
+        self.previous_residual: torch.Tensor | None = None
+        self.first_output: torch.Tensor | None = None
+        self.tail_residual: torch.Tensor | None = None
+        self.last_change: float | None = None
+
+    def install(self, transformer: torch.nn.Module) -> None:
+        self.blocks = list(transformer.transformer_blocks)
+        if len(self.blocks) < 2:
+            return  # one block: nothing behind the first block to skip
+        last = len(self.blocks) - 1
+        for index, block in enumerate(self.blocks):
+            original = block.forward
+            if index == 0:
+                block.forward = self._first(original)
+            elif index == last:
+                block.forward = self._last(original)
+            else:
+                block.forward = self._middle(original)
+
+    def remove(self) -> None:
+        for block in self.blocks:
+            block.__dict__.pop("forward", None)
+        self.blocks = []
+
+    def begin_step(self, index: int) -> None:
+        self.step = index
+        self.skip = False
+
+    def step_record(self) -> str:
+        if not self.plan.cache_may_skip(self.step):
+            return "computed (warm-up or last step)"
+        return "hit" if self.skip else "miss"
+
+    def _decide(self, residual: torch.Tensor) -> bool:
+        if not self.plan.cache_may_skip(self.step) or self.previous_residual is None:
+            self.last_change = None
+            return False
+        if self.consecutive >= self.spec.max_consecutive:
+            return False
+        previous = self.previous_residual
+        change = (residual - previous).abs().mean() / previous.abs().mean().clamp_min(1e-12)
+        self.last_change = float(change)
+        return self.last_change < self.spec.threshold
+
+    def _first(self, original):
+        def forward(hidden_states, *args, **kwargs):
+            output = original(hidden_states, *args, **kwargs)
+            residual = output - hidden_states
+            self.skip = bool(self.agree(self._decide(residual)))
+            self.consecutive = self.consecutive + 1 if self.skip else 0
+            self.previous_residual = residual
+            self.first_output = output
+            return output
+
+        return forward
+
+    def _middle(self, original):
+        def forward(hidden_states, *args, **kwargs):
+            return hidden_states if self.skip else original(hidden_states, *args, **kwargs)
+
+        return forward
+
+    def _last(self, original):
+        def forward(hidden_states, *args, **kwargs):
+            if self.skip:
+                return hidden_states + self.tail_residual
+            output = original(hidden_states, *args, **kwargs)
+            self.tail_residual = output - self.first_output
+            return output
+
+        return forward

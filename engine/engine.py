@@ -1,0 +1,193 @@
+"""Engine.generate(request, on_step, cancel) -> Clip: the only door other packages use.
+
+validate → plan → encode_text → prepare_noise → denoise → decode_video → decode_audio → mux, each stage timed.
+The request's tier becomes a TierPlan; the plan's techniques are installed around the denoise stage (LoRA hooks,
+attention processors, fused blocks, first-block cache) and always removed afterwards, so a failed or cancelled
+request leaves the model exactly as it was and the engine keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from engine.attention import AttentionRuntime, install_processors, restore_processors, tile_row_order
+from engine.cache import FirstBlockCache
+from engine.clip import Clip
+from engine.components import Components, load_components
+from engine.errors import RequestError
+from engine.media import encode_mp4
+from engine.plan import FPS, build_layout, resolve_canvas, video_tile_order
+from engine.request import GenerationRequest, ModelLimits, validate_request
+from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode_text, frames_to_uint8, prepare_noise
+from engine.tiers import TierPlan, TierTable, availability
+
+
+class _Timer:
+    def __init__(self):
+        self.timings: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+
+
+class _TierControl:
+    """The StepControl of one request: forwards step boundaries to the attention runtime and the cache."""
+
+    def __init__(self, runtime: AttentionRuntime | None, cache: FirstBlockCache | None):
+        self.runtime, self.cache = runtime, cache
+
+    def begin_step(self, index: int, total: int) -> None:
+        if self.runtime:
+            self.runtime.begin_step(index)
+        if self.cache:
+            self.cache.begin_step(index)
+
+    def end_step(self, index: int) -> dict:
+        record = self.runtime.step_record() if self.runtime else {}
+        if self.cache:
+            record["cache"] = self.cache.step_record()
+            if self.cache.last_change is not None:
+                record["cache_change"] = round(self.cache.last_change, 6)
+        return record
+
+
+class Engine:
+    """One loaded model serving one request at a time (requests queue on a lock)."""
+
+    def __init__(self, components: Components, tiers: TierTable | None = None):
+        self.components = components
+        self.tiers = tiers or TierTable.load()
+        self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
+        self._lock = threading.Lock()
+        self._loras: dict[tuple[str, float], object] = {}
+
+    @classmethod
+    def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None) -> Engine:
+        return cls(load_components(model_path, device=device), TierTable.load(tiers_file))
+
+    @property
+    def model_id(self) -> str:
+        return self.components.model_id
+
+    def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
+        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, self.limits)
+        tier = self.tiers.get(request.tier)
+        ok, reason = availability(tier, request.duration_seconds, request.steps, request.force)
+        if not ok:
+            raise RequestError("tier", f"{tier.name} is unavailable: {reason}")
+        return request
+
+    def generate(self, payload: dict | GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
+                 cancel: Callable[[], bool] | None = None) -> Clip:
+        timer = _Timer()
+        with timer.stage("validate"):
+            request = self.validate(payload)
+        with self._lock:
+            return self._generate(request, timer, on_step, cancel)
+
+    def _generate(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> Clip:
+        components = self.components
+        tier = self.tiers.get(request.tier)
+        plan = TierPlan(tier, request.steps or tier.steps, len(components.transformer.transformer_blocks))
+        if components.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        with timer.stage("encode_text"):
+            prompt_embeds = encode_text(components, request.prompt)
+        with timer.stage("plan"):
+            canvas = resolve_canvas(components.geometry, request.duration_seconds, request.aspect_ratio,
+                                    request.short_edge)
+            layout = build_layout(components.geometry, canvas, prompt_embeds.shape[1], tier.bucket)
+        with timer.stage("prepare_noise"):
+            video_rows, audio_rows = prepare_noise(components, canvas, request.seed)
+        with timer.stage("denoise"), self._installed(plan, canvas, layout) as (control, lora_report, runtime):
+            video_rows, audio_rows, step_records = denoise(
+                components, layout, prompt_embeds, video_rows, audio_rows, plan.steps, control, on_step, cancel
+            )
+        with timer.stage("decode_video"):
+            frames = frames_to_uint8(decode_video(components, canvas, video_rows))
+        with timer.stage("decode_audio"):
+            audio = decode_audio(components, canvas, audio_rows)
+        with timer.stage("mux"):
+            mp4 = encode_mp4(frames, FPS, audio, components.geometry.audio_sample_rate)
+        untrained = (["model"] if components.untrained else []) + (
+            ["lora"] if lora_report and lora_report.get("untrained") else [])
+        return Clip(
+            frames=frames, audio=audio, sample_rate=components.geometry.audio_sample_rate, fps=FPS, mp4=mp4,
+            prompt=request.prompt, seed=request.seed, tier=tier.name, tier_config=plan.to_dict(),
+            model_id=components.model_id, model_name=components.name, tokens=layout.length,
+            padded_tokens=layout.padded_length, width=canvas.width, height=canvas.height,
+            duration_seconds=canvas.duration_seconds, requested_duration=request.duration_seconds,
+            aspect_ratio=request.aspect_ratio, short_edge=request.short_edge, timings=timer.timings,
+            steps=step_records, lora=lora_report, compiles=self._compile_report(runtime), untrained=untrained,
+            peak_memory_mb=(torch.cuda.max_memory_allocated() / 2**20 if components.device.type == "cuda" else None),
+        )
+
+    def _compile_report(self, runtime: AttentionRuntime | None) -> dict:
+        report = {"bucket_keys": sorted(map(list, runtime.compile_keys)) if runtime else []}
+        if runtime and runtime.compile_keys and self.components.device.type == "cuda":
+            from kernels.block_sparse_attn import kernel_compile_count
+
+            report["triton_compiles"] = kernel_compile_count()
+        return report
+
+    @contextlib.contextmanager
+    def _installed(self, plan: TierPlan, canvas, layout):
+        """Install the plan's techniques for one denoise stage and always remove them."""
+        transformer = self.components.transformer
+        tier = plan.tier
+        handle = runtime = cache = previous = None
+        fused_on = False
+        try:
+            lora_report = None
+            if tier.lora:
+                adapter = self._adapter(str(tier.lora.resolved()), tier.lora.scale)
+                handle = adapter.apply(transformer)
+                lora_report = adapter.report.to_dict()
+            if tier.sparse or tier.fused or layout.padded_length > layout.length:
+                runtime = AttentionRuntime(plan=plan, valid_length=layout.length,
+                                           padded_length=layout.padded_length, video_start=layout.video_start,
+                                           fused=tier.fused)
+                if tier.sparse:
+                    runtime.row_order, runtime.inverse_order = tile_row_order(
+                        layout.video_start, video_tile_order(canvas, self.components.geometry.patch_size),
+                        layout.padded_length)
+                previous = install_processors(transformer, runtime)
+            if tier.fused:
+                from engine.fused import enable_fused_blocks
+
+                enable_fused_blocks(transformer)
+                fused_on = True
+            if tier.cache:
+                cache = FirstBlockCache(tier.cache, plan)
+                cache.install(transformer)
+            yield _TierControl(runtime, cache), lora_report, runtime
+        finally:
+            if cache:
+                cache.remove()
+            if fused_on:
+                from engine.fused import disable_fused_blocks
+
+                disable_fused_blocks(transformer)
+            if previous is not None:
+                restore_processors(transformer, previous)
+            if handle is not None:
+                handle.remove()
+
+    def _adapter(self, path: str, scale: float):
+        from engine.lora import load_lora
+
+        key = (path, scale)
+        if key not in self._loras:
+            self._loras[key] = load_lora(Path(path), self.components.transformer, scale=scale)
+        return self._loras[key]

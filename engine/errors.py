@@ -1,0 +1,35 @@
+"""The error types every package above the engine understands.
+
+A `RequestError` is something the user caused and can fix: it names the field and says what is allowed. The CLI
+prints it as `error: …` with exit code 2, REST answers 4xx, the UI shows it next to the input. A `ModelLoadError`
+means the checkpoint on disk is missing or broken; it lists every problem found, not just the first.
+"""
+
+from __future__ import annotations
+
+
+class RequestError(ValueError):
+    """A bad request. `field` names the offending input; `message` says what is allowed."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+    def to_dict(self) -> dict:
+        return {"field": self.field, "message": self.message}
+
+
+class ModelLoadError(RuntimeError):
+    """A checkpoint folder that cannot be loaded. `problems` holds one line per missing or broken part."""
+
+    def __init__(self, path: str, problems: list[str]):
+        lines = "\n".join(f"  - {problem}" for problem in problems)
+        super().__init__(f"cannot load MiniMax-H3 checkpoint at {path}:\n{lines}")
+        self.path = path
+        self.problems = problems
+
+
+class GenerationCancelled(RuntimeError):
+    """Raised inside the denoising loop when the caller's cancel flag is set."""
+

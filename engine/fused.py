@@ -1,0 +1,134 @@
+"""Fused-op blocks for `MiniMaxH3TransformerBlock` (issue 5): exact same math, fewer passes over the residual.
+
+`enable_fused_blocks(transformer)` makes every block run
+
+    norm_modulate(x; norm1, scale_msa, shift_msa)  ->  self.attn(...)  ->  residual_gate(x, gate_msa, attn_out)
+    norm_modulate(x; norm2, scale_mlp, shift_mlp)  ->  self.ff(...)    ->  residual_gate_(x, gate_mlp, ff_out)
+
+instead of RMSNorm + two index_selects + three elementwise ops per half. Attention still goes through
+`self.attn(...)`, so whatever processor the engine installed (dense, sparse, fused QK) keeps applying.
+
+On CUDA the ops are the Triton kernels in `kernels/`; on CPU they are the torch references, so the fused model
+equals the stock one to fp32 rounding.
+
+How the swap works: at import, `MiniMaxH3TransformerBlock.forward` is replaced once by a dispatcher that runs the
+stock forward unless the instance carries `_h3_fused = True`. Flipping a flag per instance (rather than assigning
+`block.forward`) keeps diffusers hooks working in either order: FirstBlockCache & co. wrap `block.forward`, which
+is the dispatcher whenever they were registered after this module was imported.
+"""
+
+from __future__ import annotations
+
+import torch
+from diffusers.models.transformers.transformer_minimax_h3 import (
+    MiniMaxH3AttnProcessor,
+    MiniMaxH3TransformerBlock,
+)
+from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+from kernels.norm_modulate import norm_modulate
+from kernels.qk_norm_rope import qk_norm_rope
+from kernels.residual_gate import residual_gate, residual_gate_
+
+_STOCK_FORWARD = getattr(MiniMaxH3TransformerBlock.forward, "_h3_stock_forward", MiniMaxH3TransformerBlock.forward)
+
+
+def _eps(norm: torch.nn.RMSNorm, x: torch.Tensor) -> float:
+    return torch.finfo(x.dtype).eps if norm.eps is None else norm.eps
+
+
+def fused_block_forward(
+    self: MiniMaxH3TransformerBlock,
+    hidden_states: torch.Tensor,
+    temb: torch.Tensor,
+    adaln_indices: torch.Tensor,
+    rotary_emb: tuple[torch.Tensor, torch.Tensor],
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`MiniMaxH3TransformerBlock.forward` on fused ops. hidden_states `[B, S, C]` -> `[B, S, C]` (a new tensor;
+    the input is never written, because caches may keep it)."""
+    shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaln_proj(temb)
+
+    x = norm_modulate(hidden_states, self.norm1.weight, _eps(self.norm1, hidden_states), scale_msa, shift_msa,
+                      adaln_indices)
+    attn_output = self.attn(x, rotary_emb, attention_mask)
+    # Write x + gate * attn into attn_output's own buffer (elementwise aliasing is safe): no new allocation.
+    reuse = (attn_output.dtype == hidden_states.dtype and attn_output.shape == hidden_states.shape
+             and attn_output.is_contiguous())
+    hidden_states = residual_gate(hidden_states, gate_msa, adaln_indices, attn_output,
+                                  out=attn_output if reuse else None)
+
+    x = norm_modulate(hidden_states, self.norm2.weight, _eps(self.norm2, hidden_states), scale_mlp, shift_mlp,
+                      adaln_indices)
+    ff_output = self.ff(x)
+    return residual_gate_(hidden_states, gate_mlp, adaln_indices, ff_output)
+
+
+def _dispatch_forward(self, *args, **kwargs):
+    if getattr(self, "_h3_fused", False):
+        return fused_block_forward(self, *args, **kwargs)
+    return _STOCK_FORWARD(self, *args, **kwargs)
+
+
+_dispatch_forward._h3_stock_forward = _STOCK_FORWARD
+MiniMaxH3TransformerBlock.forward = _dispatch_forward
+
+
+def _blocks(transformer) -> list[MiniMaxH3TransformerBlock]:
+    return [m for m in transformer.modules() if isinstance(m, MiniMaxH3TransformerBlock)]
+
+
+def enable_fused_blocks(transformer) -> int:
+    """Run every `MiniMaxH3TransformerBlock` of `transformer` on the fused ops. Returns the number of blocks."""
+    blocks = _blocks(transformer)
+    for block in blocks:
+        block._h3_fused = True
+    return len(blocks)
+
+
+def disable_fused_blocks(transformer) -> int:
+    """Back to diffusers' stock block forward (bit-identical to never having enabled). Returns the block count."""
+    blocks = _blocks(transformer)
+    for block in blocks:
+        block._h3_fused = False
+    return len(blocks)
+
+
+def fused_blocks_enabled(transformer) -> bool:
+    blocks = _blocks(transformer)
+    return bool(blocks) and all(getattr(b, "_h3_fused", False) for b in blocks)
+
+
+def fused_qk_norm_rope(attn, query: torch.Tensor, key: torch.Tensor, rotary_emb):
+    """Drop-in for `attn.norm_q(query)`, `attn.norm_k(key)` and `_apply_rotary_emb(., *rotary_emb)` on both.
+
+    query, key `[B, S, H, D]`; rotary_emb `(cos, sin)` each `[S, R]`, or None. Returns (query, key), contiguous.
+    """
+    if attn.norm_q.eps != attn.norm_k.eps:
+        raise ValueError("fused_qk_norm_rope: norm_q and norm_k use different eps")
+    cos, sin = rotary_emb if rotary_emb is not None else (None, None)
+    return qk_norm_rope(query, key, attn.norm_q.weight, attn.norm_k.weight, _eps(attn.norm_q, query), cos, sin)
+
+
+FUSED_QK_NORM_ROPE = fused_qk_norm_rope
+
+
+class FusedQKAttnProcessor(MiniMaxH3AttnProcessor):
+    """`MiniMaxH3AttnProcessor` with the fused QK-norm + RoPE op; attention itself stays `dispatch_attention_fn`."""
+
+    def __call__(self, attn, hidden_states, rotary_emb=None, attention_mask=None):
+        if attn.fused_projections:
+            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
+        else:
+            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+        query = query.unflatten(-1, (attn.heads, -1))
+        key = key.unflatten(-1, (attn.heads, -1))
+        value = value.unflatten(-1, (attn.heads, -1))
+        query, key = fused_qk_norm_rope(attn, query, key, rotary_emb)
+        hidden_states = dispatch_attention_fn(
+            query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
+            backend=self._attention_backend, parallel_config=self._parallel_config,
+        )
+        hidden_states = hidden_states.flatten(2, 3).type_as(query)
+        hidden_states = attn.to_out[0](hidden_states)
+        return attn.to_out[1](hidden_states)

@@ -1,0 +1,251 @@
+"""Acceleration tiers as data: one table, the rules that refuse bad combinations, and the per-request TierPlan.
+
+Code never asks "which tier is this?". It asks the plan what to do at step i, block j: run sparse attention with
+what keep ratio, may the first-block cache skip, is a LoRA applied, are fused kernels on. Users add tiers in a TOML
+file (`[[tier]]` tables with the fields of `TierSpec`), validated at start-up.
+
+The lessons of h3-facts §7 are rules here: the cache needs ≥ 20 steps (turbo and cache do not stack), sparse
+attention below 14 s with fewer than 2 dense steps ghosts and is refused unless forced, and a LoRA tier whose file
+is missing is unavailable with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from engine.errors import RequestError
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+CACHE_MIN_STEPS = 20
+SPARSE_SAFE_DURATION = 14.0
+SPARSE_MIN_DENSE_STEPS = 2
+STATUSES = ("stable", "experimental", "deprecated")
+GHOSTING_WARNING = (
+    "sparse attention below {limit:g} s with fewer than {dense} dense steps ghosts: a faint second copy of the "
+    "moving subject that passes per-call numerical gates and LPIPS (h3-facts §7). Use ≥ {dense} dense steps, a clip "
+    "of ≥ {limit:g} s, or force=true to generate it anyway for review"
+)
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    path: str  # relative paths resolve against assets/loras
+    scale: float = 1.0
+
+    def resolved(self) -> Path:
+        path = Path(self.path)
+        return path if path.is_absolute() else ASSETS / "loras" / path
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """First-block cache: skip blocks 1..N-1 when block 0's residual barely changed since the last step."""
+
+    threshold: float = 0.08  # relative L1 change of the first block's residual
+    warmup_steps: int = 4  # always compute the first steps
+    max_consecutive: int = 1  # never skip more than this many steps in a row
+
+
+@dataclass(frozen=True)
+class SparseSpec:
+    """Block-sparse attention over 64-row video tiles; text/audio rows are a KV sink and dense as queries."""
+
+    keep_ratio: float = 0.1
+    tile: int = 64
+    dense_first_steps: int = 10
+    dense_first_blocks: int = 1
+    sink: bool = True  # text and audio key rows always attended (fixed: the model needs its conditioning)
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    name: str
+    description: str
+    steps: int
+    status: str = "stable"
+    lora: LoraSpec | None = None
+    cache: CacheSpec | None = None
+    sparse: SparseSpec | None = None
+    fused: bool = False
+    bucket: int = 0  # pad the packed length to a multiple of this (0 = exact length, the diffusers path)
+    min_duration: float = 0.0
+    max_duration: float = math.inf
+
+    @property
+    def techniques(self) -> list[str]:
+        names = []
+        if self.lora:
+            names.append(f"LoRA ×{self.lora.scale:g}")
+        if self.fused:
+            names.append("fused kernels")
+        if self.sparse:
+            names.append(f"sparse keep {self.sparse.keep_ratio:g}")
+        if self.cache:
+            names.append(f"first-block cache {self.cache.threshold:g}")
+        if self.bucket:
+            names.append(f"bucket {self.bucket}")
+        return names or ["none (reference)"]
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["max_duration"] = None if math.isinf(self.max_duration) else self.max_duration
+        return data
+
+
+DEFAULT_TIERS: tuple[TierSpec, ...] = (
+    TierSpec("baseline", "50 steps, dense attention, no LoRA, no cache: the reference every tier is judged against",
+             steps=50),
+    TierSpec("turbo", "9-step distilled LoRA", steps=9, lora=LoraSpec("nano-turbo-9.safetensors"), bucket=64),
+    TierSpec("turbo-5", "5-step distilled LoRA: fastest, quality rejected so far", steps=5, status="experimental",
+             lora=LoraSpec("nano-turbo-5.safetensors"), bucket=64),
+    TierSpec("sol", "50 steps with fused kernels, block-sparse attention (10 dense steps) and first-block cache",
+             steps=50, fused=True, sparse=SparseSpec(keep_ratio=0.1, dense_first_steps=10, dense_first_blocks=1),
+             cache=CacheSpec(threshold=0.08, warmup_steps=4, max_consecutive=1), bucket=64),
+    TierSpec("turbo-sparse", "9-step LoRA, cache off, first step dense then sparse; long clips only", steps=9,
+             lora=LoraSpec("nano-turbo-9.safetensors"),
+             sparse=SparseSpec(keep_ratio=0.1, dense_first_steps=1, dense_first_blocks=0), bucket=64,
+             min_duration=14.0),
+)
+
+
+def check_tier(tier: TierSpec) -> None:
+    """Refuse a tier definition whose parameters can never be valid. Raises RequestError naming the field."""
+    where = f"tier {tier.name!r}"
+    if not tier.name or not tier.name.replace("-", "").replace("_", "").isalnum():
+        raise RequestError("tier.name", f"{where}: names use letters, digits, '-' and '_'")
+    if not 1 <= tier.steps <= 100:
+        raise RequestError("tier.steps", f"{where}: steps must be in 1..100, got {tier.steps}")
+    if tier.status not in STATUSES:
+        raise RequestError("tier.status", f"{where}: status must be one of {', '.join(STATUSES)}")
+    if tier.cache and tier.steps < CACHE_MIN_STEPS:
+        raise RequestError("tier.cache", f"{where}: the first-block cache needs ≥ {CACHE_MIN_STEPS} steps, got "
+                           f"{tier.steps} (turbo and cache do not stack: nothing is left to skip)")
+    if tier.cache and (tier.cache.threshold < 0 or tier.cache.warmup_steps < 0 or tier.cache.max_consecutive < 1):
+        raise RequestError("tier.cache", f"{where}: threshold ≥ 0, warmup_steps ≥ 0, max_consecutive ≥ 1")
+    if tier.sparse:
+        sparse = tier.sparse
+        if not 0 < sparse.keep_ratio <= 1:
+            raise RequestError("tier.sparse.keep_ratio", f"{where}: keep_ratio must be in (0, 1]")
+        if sparse.tile != 64:
+            raise RequestError("tier.sparse.tile", f"{where}: tiles are 64 rows (4×4×4), got {sparse.tile}")
+        if not sparse.sink:
+            raise RequestError("tier.sparse.sink", f"{where}: text/audio rows must stay attended (sink=true)")
+        if sparse.dense_first_steps < 0 or sparse.dense_first_blocks < 0:
+            raise RequestError("tier.sparse", f"{where}: dense_first_steps and dense_first_blocks must be ≥ 0")
+    if tier.lora and tier.lora.scale < 0:
+        raise RequestError("tier.lora.scale", f"{where}: scale must be ≥ 0")
+    if tier.bucket < 0 or (tier.bucket and tier.bucket % 64 and tier.sparse):
+        raise RequestError("tier.bucket", f"{where}: bucket must be ≥ 0 and a multiple of 64 with sparse attention")
+    if tier.min_duration > tier.max_duration:
+        raise RequestError("tier.min_duration", f"{where}: min_duration exceeds max_duration")
+
+
+def availability(tier: TierSpec, duration: float | None = None, steps: int | None = None,
+                 force: bool = False) -> tuple[bool, str]:
+    """Can this tier serve a clip of `duration` seconds (and `steps`, if overridden)? Returns (ok, reason)."""
+    if tier.lora and not tier.lora.resolved().is_file():
+        return False, f"LoRA file missing: {tier.lora.resolved()}"
+    steps = steps or tier.steps
+    if tier.cache and steps < CACHE_MIN_STEPS:
+        return False, f"the first-block cache needs ≥ {CACHE_MIN_STEPS} steps, got {steps}"
+    if duration is None:
+        return True, ""
+    if not tier.min_duration <= duration <= tier.max_duration:
+        upper = "" if math.isinf(tier.max_duration) else f" and ≤ {tier.max_duration:g} s"
+        return False, f"only for clips of ≥ {tier.min_duration:g} s{upper}; requested {duration:g} s"
+    if tier.sparse and duration < SPARSE_SAFE_DURATION and tier.sparse.dense_first_steps < SPARSE_MIN_DENSE_STEPS:
+        if not force:
+            return False, GHOSTING_WARNING.format(limit=SPARSE_SAFE_DURATION, dense=SPARSE_MIN_DENSE_STEPS)
+    return True, ""
+
+
+def _spec_from_table(table: dict) -> TierSpec:
+    known = {f for f in TierSpec.__dataclass_fields__}
+    unknown = sorted(set(table) - known)
+    name = table.get("name", "?")
+    if unknown:
+        raise RequestError(f"tier.{unknown[0]}", f"tier {name!r}: unknown field; allowed: {', '.join(sorted(known))}")
+    data = dict(table)
+    try:
+        for key, cls in (("lora", LoraSpec), ("cache", CacheSpec), ("sparse", SparseSpec)):
+            if key in data:
+                data[key] = cls(**data[key])
+        return TierSpec(**data)
+    except TypeError as error:
+        raise RequestError("tier", f"tier {name!r}: {error}") from None
+
+
+@dataclass
+class TierTable:
+    """The tiers this engine serves, in display order."""
+
+    tiers: dict[str, TierSpec] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, toml_path: str | Path | None = None) -> TierTable:
+        """The built-in tiers plus those of a user TOML file; every tier is checked, duplicates refused."""
+        table = cls()
+        for tier in DEFAULT_TIERS:
+            table.add(tier)
+        if toml_path is not None:
+            path = Path(toml_path)
+            try:
+                document = tomllib.loads(path.read_text())
+            except (OSError, tomllib.TOMLDecodeError) as error:
+                raise RequestError("tiers_file", f"cannot read {path}: {error}") from None
+            for raw in document.get("tier", []):
+                spec = _spec_from_table(raw)
+                if spec.lora and not Path(spec.lora.path).is_absolute():
+                    spec = replace(spec, lora=replace(spec.lora, path=str((path.parent / spec.lora.path).resolve())))
+                table.add(spec)
+        return table
+
+    def add(self, tier: TierSpec) -> None:
+        check_tier(tier)
+        if tier.name in self.tiers:
+            raise RequestError("tier.name", f"tier {tier.name!r} is defined twice")
+        self.tiers[tier.name] = tier
+
+    def get(self, name: str) -> TierSpec:
+        if name not in self.tiers:
+            raise RequestError("tier", f"unknown tier {name!r}; choose one of {', '.join(self.tiers)}")
+        return self.tiers[name]
+
+    def describe(self, duration: float | None = None) -> list[dict]:
+        """Rows for `python -m engine tiers` and the UI picker."""
+        rows = []
+        for tier in self.tiers.values():
+            ok, reason = availability(tier, duration)
+            rows.append({"name": tier.name, "steps": tier.steps, "status": tier.status, "available": ok,
+                         "reason": reason, "techniques": tier.techniques, "description": tier.description,
+                         "config": tier.to_dict()})
+        return rows
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """What one request does at each step and block: the only thing the engine consults."""
+
+    tier: TierSpec
+    steps: int
+    num_blocks: int
+
+    def sparse_at(self, step: int, block: int) -> SparseSpec | None:
+        sparse = self.tier.sparse
+        if sparse is None or step < sparse.dense_first_steps or block < sparse.dense_first_blocks:
+            return None
+        return sparse
+
+    def sparse_step(self, step: int) -> bool:
+        return any(self.sparse_at(step, block) for block in range(self.num_blocks))
+
+    def cache_may_skip(self, step: int) -> bool:
+        cache = self.tier.cache
+        # The last step is never skipped: it sets the final velocity every output pixel depends on.
+        return cache is not None and step >= cache.warmup_steps and step < self.steps - 1
+
+    def to_dict(self) -> dict:
+        return {**self.tier.to_dict(), "steps": self.steps}
