@@ -269,20 +269,52 @@ def _detect_format(keys: list[str], original: bool | None = None) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+_PEFT_INTERNALS = {"lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "lora_magnitude_vector"}
+
+
+def _logical(name: str) -> str:
+    """A peft-wrapped layer's real Linear is `<name>.base_layer`; adapters address it as `<name>`."""
+    return name.removesuffix(".base_layer")
+
+
+def _is_linear_like(module: nn.Module | None) -> bool:
+    return isinstance(module, nn.Linear) or isinstance(getattr(module, "base_layer", None), nn.Linear)
+
+
+def _linear(model: nn.Module, name: str) -> nn.Linear:
+    """The `nn.Linear` a logical name denotes (unwrapping a peft layer's `base_layer`)."""
+    try:
+        module = model.get_submodule(name)
+    except AttributeError as e:
+        raise LoraError(f"{name}: no such module in this model") from e
+    module = getattr(module, "base_layer", module) if not isinstance(module, nn.Linear) else module
+    if not isinstance(module, nn.Linear):
+        raise LoraError(f"{name}: is {type(module).__name__}, not nn.Linear")
+    return module
+
+
 def _is_fused_alias(model: nn.Module, name: str) -> bool:
     """`attn.to_qkv` made by `fuse_qkv_projections()` sits next to the real to_q/to_k/to_v; count those once."""
-    parent, _, leaf = name.rpartition(".")
+    parent, _, leaf = _logical(name).rpartition(".")
     if leaf not in ("to_qkv", "to_kv", "to_added_qkv"):
         return False
     owner = model.get_submodule(parent) if parent else model
-    return all(isinstance(getattr(owner, p, None), nn.Linear) for p in ("to_q", "to_k", "to_v"))
+    return all(_is_linear_like(getattr(owner, p, None)) for p in ("to_q", "to_k", "to_v"))
 
 
-def _linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
-    """The model's LoRA-targetable Linear layers, by qualified name."""
-    return {
-        n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and n and not _is_fused_alias(model, n)
-    }
+def _linear_layers(model: nn.Module) -> dict[str, str]:
+    """The model's LoRA-targetable Linear layers: logical name -> real module path.
+
+    The two differ only for a layer already wrapped by peft (e.g. after diffusers' `load_lora_adapter`), whose own
+    `lora_A` / `lora_B` Linears are not targets.
+    """
+    layers = {}
+    for name, module in model.named_modules():
+        if not name or not isinstance(module, nn.Linear) or _PEFT_INTERNALS & set(name.split(".")):
+            continue
+        if not _is_fused_alias(model, name):
+            layers[_logical(name)] = name
+    return layers
 
 
 def _build_vocabulary(model: nn.Module) -> tuple[dict[str, _Target], dict[str, str]]:
@@ -295,8 +327,9 @@ def _build_vocabulary(model: nn.Module) -> tuple[dict[str, _Target], dict[str, s
             continue
         triple = tuple(f"{parent}.{p}" if parent else p for p in ("to_q", "to_k", "to_v"))
         if all(t in linears for t in triple):
+            fused = _Target(triple, fused=True)
             for fused_leaf in ("to_qkv", "qkv_proj"):
-                vocab.setdefault(f"{parent}.{fused_leaf}" if parent else fused_leaf, _Target(triple, fused=True))
+                vocab.setdefault(f"{parent}.{fused_leaf}" if parent else fused_leaf, fused)
     for name, target in list(vocab.items()):
         for pattern, original in _H3_ORIGINAL_ALIASES:
             if re.fullmatch(pattern, name):
@@ -424,7 +457,7 @@ def _is_gated_ffn(model: nn.Module, module: str) -> bool:
 
 def _deinterleave_heads(up: torch.Tensor, model: nn.Module, triple: tuple[str, ...], key: str) -> torch.Tensor:
     """DiffSynth fused QKV rows `[h0: q k v, h1: q k v, ...]` -> `[q_all; k_all; v_all]` (needs equal widths)."""
-    widths = [model.get_submodule(m).out_features for m in triple]
+    widths = [_linear(model, m).out_features for m in triple]
     attn = model.get_submodule(triple[0].rpartition(".")[0])
     heads = getattr(attn, "heads", None)
     if len(set(widths)) != 1 or not heads or widths[0] % heads or up.shape[0] != sum(widths):
@@ -493,7 +526,7 @@ def _map_state_dict(
         if not (torch.isfinite(down).all() and torch.isfinite(up).all()):
             problems.append(f"{down_key} / {up_key}: non-finite values")
             continue
-        layers = [model.get_submodule(m) for m in target.modules]
+        layers = [_linear(model, m) for m in target.modules]
         widths = [layer.out_features for layer in layers]
         expected_up, expected_down = (sum(widths), down.shape[0]), (down.shape[0], layers[0].in_features)
         if tuple(up.shape) != expected_up or tuple(down.shape) != expected_down:
@@ -743,18 +776,13 @@ class LoraAdapter:
 
 def _live_target(model: nn.Module, name: str) -> tuple[nn.Linear, slice | None]:
     """The Linear that computes `name` right now: itself, or a row slice of `to_qkv` after `fuse_qkv_projections()`."""
-    try:
-        module = model.get_submodule(name)
-    except AttributeError as e:
-        raise LoraError(f"{name}: no such module in this model") from e
-    if not isinstance(module, nn.Linear):
-        raise LoraError(f"{name}: is {type(module).__name__}, not nn.Linear")
+    module = _linear(model, name)
     parent_name, _, leaf = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
     if leaf in ("to_q", "to_k", "to_v") and getattr(parent, "fused_projections", False):
         fused = getattr(parent, "to_qkv", None)
         if isinstance(fused, nn.Linear):
-            widths = [getattr(parent, p).out_features for p in ("to_q", "to_k", "to_v")]
+            widths = [_linear(parent, p).out_features for p in ("to_q", "to_k", "to_v")]
             start = sum(widths[: ("to_q", "to_k", "to_v").index(leaf)])
             return fused, slice(start, start + module.out_features)
     return module, None
