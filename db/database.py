@@ -76,3 +76,4 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         # env.py uses this connection (so our pragmas apply) instead of building its own engine.
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+        connection.commit()  # a no-op when Alembic already committed; never leave the upgrade pending

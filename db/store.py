@@ -14,7 +14,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +23,7 @@ from sqlalchemy import Select, func, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db import convert
 from db import validate as check
 from db.database import BEGIN_MODE_OPTION, make_engine, upgrade
 from db.errors import Conflict, NotFound, StoreError
@@ -32,7 +33,6 @@ from db.keys import (
     configuration_key,
     normalise_duration,
     sha256_hex,
-    tier_config_hash,
     with_tier_name,
 )
 from db.models import Clip, Configuration, Pair, Verdict, VideoJob
@@ -74,198 +74,15 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    """Label a stored naive-UTC datetime as UTC for callers."""
-    return None if value is None else value.replace(tzinfo=timezone.utc)
-
-
 def _new_id(prefix: str) -> str:
     """Public ids look like SGLang's: ``video_<32 hex>``."""
     return f"{prefix}_{uuid.uuid4().hex}"
-
-
-def _loads(text: str | None) -> Any:
-    """Decode a JSON column (None stays None)."""
-    return None if text is None else json.loads(text)
 
 
 def _is_lock_error(exc: OperationalError) -> bool:
     """SQLite reports contention as 'database is locked' (or 'busy')."""
     message = str(exc.orig).lower()
     return "database is locked" in message or "database is busy" in message
-
-
-# ---------------------------------------------------------------------------------------------- sidecars
-
-
-def _clip_columns(sidecar: dict[str, Any]) -> dict[str, Any]:
-    """Validate a clip sidecar and return the columns the clips table records.
-
-    Required keys: model_id, prompt, seed, tier, width, height, frames, duration_seconds, tokens, and either
-    tier_config (dict; hashed) or tier_config_hash. Optional: timings (dict of stage → seconds).
-    """
-    check.json_dict(sidecar, "sidecar")
-
-    def field(name: str) -> Any:
-        if name not in sidecar:
-            raise StoreError(f"sidecar.{name}", "is required")
-        return sidecar[name]
-
-    timings = sidecar.get("timings", {})
-    check.json_dict(timings, "sidecar.timings")
-    return {
-        "model_id": check.text(field("model_id"), "sidecar.model_id"),
-        "prompt": check.text(field("prompt"), "sidecar.prompt", max_chars=100_000),
-        "seed": check.integer(field("seed"), "sidecar.seed"),
-        "tier": check.text(field("tier"), "sidecar.tier"),
-        "tier_config_hash": _sidecar_tier_hash(sidecar),
-        "width": check.integer(field("width"), "sidecar.width", minimum=1),
-        "height": check.integer(field("height"), "sidecar.height", minimum=1),
-        "frames": check.integer(field("frames"), "sidecar.frames", minimum=1),
-        "duration_seconds": normalise_duration(field("duration_seconds"), "sidecar.duration_seconds"),
-        "tokens": check.integer(field("tokens"), "sidecar.tokens"),
-        "timings_json": canonical_json(timings, "sidecar.timings"),
-    }
-
-
-def _sidecar_tier_hash(sidecar: dict[str, Any]) -> str:
-    """The tier-config hash from the sidecar: computed from tier_config, or given (and then checked)."""
-    given = sidecar.get("tier_config_hash")
-    if "tier_config" in sidecar:
-        computed = tier_config_hash(check.json_dict(sidecar["tier_config"], "sidecar.tier_config"))
-        if given is not None and given != computed:
-            raise StoreError("sidecar.tier_config_hash", "does not match the hash of sidecar.tier_config")
-        return computed
-    if given is None:
-        raise StoreError("sidecar.tier_config", "is required (or sidecar.tier_config_hash)")
-    return check_sha(given, "sidecar.tier_config_hash")
-
-
-# ----------------------------------------------------------------------------------------------- records
-
-
-def _clip_record(row: Clip, data_dir: Path) -> ClipRecord:
-    """ORM row → frozen record (absolute paths resolved against this store's data dir)."""
-    return ClipRecord(
-        sha256=row.sha256,
-        path=data_dir / row.path,
-        sidecar_path=data_dir / sidecar_relpath(row.sha256),
-        size_bytes=row.size_bytes,
-        model_id=row.model_id,
-        prompt=row.prompt,
-        seed=row.seed,
-        tier=row.tier,
-        tier_config_hash=row.tier_config_hash,
-        duration_seconds=row.duration_seconds,
-        width=row.width,
-        height=row.height,
-        frames=row.frames,
-        tokens=row.tokens,
-        timings=_loads(row.timings_json),
-        sidecar=_loads(row.sidecar_json),
-        created_at=_aware(row.created_at),  # type: ignore[arg-type]
-    )
-
-
-def _video_record(row: VideoJob) -> VideoRecord:
-    """ORM row → frozen record."""
-    return VideoRecord(
-        id=row.id,
-        status=row.status,
-        progress=row.progress,
-        tier=row.tier,
-        model=row.model,
-        request=_loads(row.request_json),
-        clip_sha=row.clip_sha,
-        error=row.error,
-        inference_time_s=row.inference_time_s,
-        peak_memory_mb=row.peak_memory_mb,
-        created_at=_aware(row.created_at),  # type: ignore[arg-type]
-        completed_at=_aware(row.completed_at),
-    )
-
-
-def _pair_record(row: Pair, clip_shas: dict[str, str | None]) -> PairRecord:
-    """ORM row → frozen record; ``clip_shas`` maps video id → clip sha for the two videos."""
-    return PairRecord(
-        id=row.id,
-        prompt=row.prompt,
-        seed=row.seed,
-        tier_name=row.tier_name,
-        tier_config=_loads(row.tier_config_json),
-        target=_loads(row.target_json),
-        model_id=row.model_id,
-        configuration_key=row.configuration_key,
-        status=row.status,
-        metrics=_loads(row.metrics_json),
-        error=row.error,
-        baseline_video_id=row.baseline_video_id,
-        candidate_video_id=row.candidate_video_id,
-        baseline_clip_sha=clip_shas.get(row.baseline_video_id) if row.baseline_video_id else None,
-        candidate_clip_sha=clip_shas.get(row.candidate_video_id) if row.candidate_video_id else None,
-        created_at=_aware(row.created_at),  # type: ignore[arg-type]
-        updated_at=_aware(row.updated_at),  # type: ignore[arg-type]
-    )
-
-
-def _verdict_record(row: Verdict) -> VerdictRecord:
-    """ORM row → frozen record."""
-    return VerdictRecord(
-        id=row.id,
-        pair_id=row.pair_id,
-        configuration_key=row.configuration_key,
-        reviewer=row.reviewer,
-        decision=row.decision,
-        reasons=tuple(_loads(row.reasons_json)),
-        notes=row.notes,
-        prompt=row.prompt,
-        tier_config=_loads(row.tier_config_json),
-        created_at=_aware(row.created_at),  # type: ignore[arg-type]
-    )
-
-
-def _pair_records(session: Session, rows: Sequence[Pair]) -> list[PairRecord]:
-    """Build pair records with one query for all their videos' clip shas (no N+1)."""
-    video_ids = {vid for r in rows for vid in (r.baseline_video_id, r.candidate_video_id) if vid}
-    shas: dict[str, str | None] = {}
-    if video_ids:
-        query = select(VideoJob.id, VideoJob.clip_sha).where(VideoJob.id.in_(video_ids))
-        shas = {vid: sha for vid, sha in session.execute(query)}
-    return [_pair_record(r, shas) for r in rows]
-
-
-# -------------------------------------------------------------------------------------------- approval
-
-
-def _tally(rule: ApprovalRule, verdicts: Iterable[VerdictRecord]) -> dict[str, Any]:
-    """Accepts, rejects and distinct accepted prompts for one configuration, and whether ``rule`` approves."""
-    verdicts = list(verdicts)
-    accepted_prompts = sorted({v.prompt for v in verdicts if v.decision == "accept"})
-    accepts = sum(1 for v in verdicts if v.decision == "accept")
-    rejects = sum(1 for v in verdicts if v.decision == "reject")
-    return {
-        "approved": rule.is_approved(len(accepted_prompts), rejects),
-        "accepts": accepts,
-        "rejects": rejects,
-        "distinct_accepted_prompts": len(accepted_prompts),
-        "accepted_prompts": accepted_prompts,
-    }
-
-
-def _configuration_dict(row: Configuration, rule: ApprovalRule, verdicts: list[VerdictRecord]) -> dict[str, Any]:
-    """A configuration's description plus its approval tally."""
-    return {
-        "key": row.key,
-        "model_id": row.model_id,
-        "tier_name": row.tier_name,
-        "tier_config": _loads(row.tier_config_json),
-        "duration_seconds": row.duration_seconds,
-        "pair_count": row.pair_count,
-        "created_at": _aware(row.created_at).isoformat(),  # type: ignore[union-attr]
-        "updated_at": _aware(row.updated_at).isoformat(),  # type: ignore[union-attr]
-        **_tally(rule, verdicts),
-        "rule": rule.as_dict(),
-    }
 
 
 # ------------------------------------------------------------------------------------------------ store
@@ -342,7 +159,9 @@ class Store:
                 .values(status="failed", error=RESTART_ERROR, completed_at=now)
             )
             session.execute(
-                update(Pair).where(Pair.status.in_(UNFINISHED)).values(status="failed", error=RESTART_ERROR, updated_at=now)
+                update(Pair)
+                .where(Pair.status.in_(UNFINISHED))
+                .values(status="failed", error=RESTART_ERROR, updated_at=now)
             )
             return ids
 
@@ -355,16 +174,16 @@ class Store:
 
         Idempotent: storing the same bytes again returns the existing record and keeps the first sidecar
         (same bytes are the same clip; a re-run's different timings do not make it a new one).
-        Sidecar keys: see :func:`_clip_columns`.
+        Sidecar keys: see :func:`convert.clip_columns`.
         """
         if not isinstance(mp4_bytes, (bytes, bytearray, memoryview)) or len(mp4_bytes) == 0:
             raise StoreError("mp4_bytes", "must be non-empty bytes")
         data = bytes(mp4_bytes)
-        columns = _clip_columns(sidecar)
+        columns = convert.clip_columns(sidecar)
         sha = sha256_hex(data)
         existing = self._read(lambda s: s.get(Clip, sha))
         if existing is not None:
-            return _clip_record(existing, self.data_dir)
+            return convert.clip_record(existing, self.data_dir)
         # Files first, row second: a committed row must never point at a missing file. A crash in between
         # leaves an orphan file that the next put of the same bytes simply overwrites.
         atomic_write_bytes(self.data_dir / clip_relpath(sha), data)
@@ -388,7 +207,7 @@ class Store:
             )
             session.add(row)
             session.flush()
-        return _clip_record(row, self.data_dir)
+        return convert.clip_record(row, self.data_dir)
 
     def get_clip(self, sha: str) -> ClipRecord:
         """The clip with this sha256; NotFound if it was never stored."""
@@ -396,7 +215,7 @@ class Store:
         row = self._read(lambda s: s.get(Clip, sha))
         if row is None:
             raise NotFound("sha256", f"no clip {sha}")
-        return _clip_record(row, self.data_dir)
+        return convert.clip_record(row, self.data_dir)
 
     def clip_path(self, sha: str) -> Path:
         """Absolute path of a stored clip's MP4; NotFound if it was never stored."""
@@ -431,7 +250,7 @@ class Store:
             .order_by(Clip.created_at.desc())
         )
         rows = self._read(lambda s: list(s.scalars(query)))
-        records = (_clip_record(r, self.data_dir) for r in rows)
+        records = (convert.clip_record(r, self.data_dir) for r in rows)
         return next((rec for rec in records if rec.path.is_file()), None)
 
     # -------------------------------------------------------------------------------------- video jobs
@@ -454,7 +273,7 @@ class Store:
             )
             session.add(row)
             session.flush()
-            return _video_record(row)
+            return convert.video_record(row)
 
         return self._write(work)
 
@@ -487,7 +306,7 @@ class Store:
             if row.status in TERMINAL_STATUSES and row.completed_at is None:
                 row.completed_at = _now()
             session.flush()
-            return _video_record(row)
+            return convert.video_record(row)
 
         return self._write(work)
 
@@ -537,7 +356,7 @@ class Store:
 
     def get_video(self, video_id: str) -> VideoRecord:
         """The job with this id; NotFound otherwise."""
-        return self._read(lambda s: _video_record(self._video_row(s, video_id)))
+        return self._read(lambda s: convert.video_record(self._video_row(s, video_id)))
 
     def list_videos(self, after: str | None = None, limit: int = 20, order: str = "desc") -> list[VideoRecord]:
         """Jobs in creation order ("asc" oldest first, "desc" newest first), starting after job ``after``.
@@ -553,7 +372,7 @@ class Store:
                 cursor = self._video_row(session, after, field="after").seq
                 query = query.where(VideoJob.seq > cursor if order == "asc" else VideoJob.seq < cursor)
             query = query.order_by(VideoJob.seq.asc() if order == "asc" else VideoJob.seq.desc()).limit(limit)
-            return [_video_record(r) for r in session.scalars(query)]
+            return [convert.video_record(r) for r in session.scalars(query)]
 
         return self._read(work)
 
@@ -570,7 +389,7 @@ class Store:
             )
             if owner is not None:
                 raise Conflict("video_id", f"video {video_id} belongs to pair {owner} and cannot be deleted")
-            record = _video_record(row)
+            record = convert.video_record(row)
             session.delete(row)
             return record
 
@@ -604,7 +423,7 @@ class Store:
         def work(session: Session) -> PairRecord:
             self._upsert_configuration(session, key, model_id, tier_name, snapshot, duration)
             row = self._insert_pair(session, key, prompt, seed, tier_name, snapshot, target, model_id)
-            return _pair_records(session, [row])[0]
+            return convert.pair_records(session, [row])[0]
 
         return self._write(work)
 
@@ -656,13 +475,16 @@ class Store:
 
         def work(session: Session) -> PairRecord:
             row = self._pair_row(session, pair_id)
+            if row.status in TERMINAL_STATUSES:
+                # Verdicts and exports refer to the clips a finished pair was judged on.
+                raise Conflict("pair_id", f"pair {pair_id} is {row.status}; its videos can no longer change")
             self._video_row(session, baseline_video_id, field="baseline_video_id")
             self._video_row(session, candidate_video_id, field="candidate_video_id")
             row.baseline_video_id = baseline_video_id
             row.candidate_video_id = candidate_video_id
             row.updated_at = _now()
             session.flush()
-            return _pair_records(session, [row])[0]
+            return convert.pair_records(session, [row])[0]
 
         return self._write(work)
 
@@ -689,7 +511,7 @@ class Store:
                 setattr(row, name, value)
             row.updated_at = _now()
             session.flush()
-            return _pair_records(session, [row])[0]
+            return convert.pair_records(session, [row])[0]
 
         return self._write(work)
 
@@ -710,7 +532,7 @@ class Store:
 
     def get_pair(self, pair_id: str) -> PairRecord:
         """The pair with this id; NotFound otherwise."""
-        return self._read(lambda s: _pair_records(s, [self._pair_row(s, pair_id)])[0])
+        return self._read(lambda s: convert.pair_records(s, [self._pair_row(s, pair_id)])[0])
 
     def list_pairs(
         self, status: str | None = None, configuration_key: str | None = None, order: str = "desc"
@@ -723,7 +545,7 @@ class Store:
         if configuration_key is not None:
             query = query.where(Pair.configuration_key == configuration_key)
         query = query.order_by(Pair.seq.asc() if order == "asc" else Pair.seq.desc())
-        return self._read(lambda s: _pair_records(s, list(s.scalars(query))))
+        return self._read(lambda s: convert.pair_records(s, list(s.scalars(query))))
 
     # ---------------------------------------------------------------------------------------- verdicts
 
@@ -751,7 +573,7 @@ class Store:
             )
             session.add(row)
             session.flush()
-            return _verdict_record(row)
+            return convert.verdict_record(row)
 
         return self._write(work)
 
@@ -762,7 +584,7 @@ class Store:
             query = query.where(Verdict.pair_id == pair_id)
         if configuration_key is not None:
             query = query.where(Verdict.configuration_key == configuration_key)
-        return self._read(lambda s: [_verdict_record(r) for r in s.scalars(query)])
+        return self._read(lambda s: [convert.verdict_record(r) for r in s.scalars(query)])
 
     # ---------------------------------------------------------------------------------- configurations
 
@@ -778,23 +600,24 @@ class Store:
 
         def work(session: Session) -> tuple[Configuration | None, list[VerdictRecord]]:
             query = select(Verdict).where(Verdict.configuration_key == key).order_by(Verdict.seq)
-            return session.get(Configuration, key), [_verdict_record(r) for r in session.scalars(query)]
+            return session.get(Configuration, key), [convert.verdict_record(r) for r in session.scalars(query)]
 
         row, verdicts = self._read(work)
         if row is None:
             raise NotFound("key", f"no configuration {key!r}")
-        return {**_configuration_dict(row, self.approval_rule, verdicts), "history": [v.as_dict() for v in verdicts]}
+        summary = convert.configuration_dict(row, self.approval_rule, verdicts)
+        return {**summary, "history": [v.as_dict() for v in verdicts]}
 
     def list_configurations(self) -> list[dict[str, Any]]:
         """Every configuration (most recently used first) with its tally and ``approved`` flag, no history."""
 
         def work(session: Session) -> tuple[list[Configuration], list[VerdictRecord]]:
             rows = list(session.scalars(select(Configuration).order_by(Configuration.updated_at.desc())))
-            return rows, [_verdict_record(r) for r in session.scalars(select(Verdict).order_by(Verdict.seq))]
+            return rows, _all_verdicts(session)
 
         rows, verdicts = self._read(work)
-        by_key = _group(verdicts, lambda v: v.configuration_key)
-        return [_configuration_dict(r, self.approval_rule, by_key.get(r.key, [])) for r in rows]
+        by_key = convert.group(verdicts, lambda v: v.configuration_key)
+        return [convert.configuration_dict(r, self.approval_rule, by_key.get(r.key, [])) for r in rows]
 
     def approved_pairs(self) -> list[PairRecord]:
         """Pairs fit to export: completed, in an approved configuration, accepted at least once, never rejected.
@@ -803,28 +626,21 @@ class Store:
         """
 
         def work(session: Session) -> tuple[list[PairRecord], list[VerdictRecord]]:
-            pairs = _pair_records(session, list(session.scalars(select(Pair).where(Pair.status == "completed")
-                                                                .order_by(Pair.seq))))
-            return pairs, [_verdict_record(r) for r in session.scalars(select(Verdict).order_by(Verdict.seq))]
+            rows = session.scalars(select(Pair).where(Pair.status == "completed").order_by(Pair.seq))
+            return convert.pair_records(session, list(rows)), _all_verdicts(session)
 
         pairs, verdicts = self._read(work)
         approved_keys = {
-            key for key, group in _group(verdicts, lambda v: v.configuration_key).items()
-            if _tally(self.approval_rule, group)["approved"]
+            key for key, group in convert.group(verdicts, lambda v: v.configuration_key).items()
+            if convert.tally(self.approval_rule, group)["approved"]
         }
-        per_pair = _group(verdicts, lambda v: v.pair_id)
-        return [p for p in pairs if p.configuration_key in approved_keys and _pair_accepted(per_pair.get(p.id, []))]
+        per_pair = convert.group(verdicts, lambda v: v.pair_id)
+        return [
+            p for p in pairs
+            if p.configuration_key in approved_keys and convert.pair_accepted(per_pair.get(p.id, []))
+        ]
 
 
-def _group(verdicts: Iterable[VerdictRecord], key: Callable[[VerdictRecord], str]) -> dict[str, list[VerdictRecord]]:
-    """Group verdicts by ``key`` keeping their order."""
-    groups: dict[str, list[VerdictRecord]] = {}
-    for verdict in verdicts:
-        groups.setdefault(key(verdict), []).append(verdict)
-    return groups
-
-
-def _pair_accepted(verdicts: list[VerdictRecord]) -> bool:
-    """At least one accept and no reject on this pair."""
-    decisions = {v.decision for v in verdicts}
-    return "accept" in decisions and "reject" not in decisions
+def _all_verdicts(session: Session) -> list[VerdictRecord]:
+    """Every verdict, oldest first (approval is computed from all of them)."""
+    return [convert.verdict_record(r) for r in session.scalars(select(Verdict).order_by(Verdict.seq))]

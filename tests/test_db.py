@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -94,6 +95,20 @@ def test_migrated_schema_matches_models(store: Store) -> None:
         current = MigrationContext.configure(conn).get_current_revision()
     assert diffs == []
     assert current == ScriptDirectory.from_config(alembic_config()).get_current_head() == "0001"
+
+
+def test_migration_runs_standalone_and_downgrades(tmp_path: Path) -> None:
+    # Without a Store (as `alembic` on the command line would): env.py builds its own engine from the URL.
+    db_path = tmp_path / "standalone.db"
+    config = alembic_config()
+    config.set_main_option("sqlalchemy.url", f"sqlite:///{db_path}")
+    command.upgrade(config, "head")
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
+    command.downgrade(config, "base")
+    with sqlite3.connect(db_path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert tables == {"alembic_version"}
 
 
 def test_every_connection_gets_wal_busy_timeout_and_foreign_keys(store: Store) -> None:
@@ -311,6 +326,9 @@ def test_pair_completion_needs_two_completed_videos(store: Store) -> None:
     assert (done.status, done.metrics, done.candidate_clip_sha) == ("completed", {"psnr_db": 30.0}, clip.sha256)
     assert done.baseline_clip_sha == store.get_video(baseline).clip_sha
     assert store.list_pairs(status="completed") == [done]
+    with pytest.raises(Conflict) as err:  # the clips a pair was judged on cannot be swapped afterwards
+        store.set_pair_videos(pair.id, candidate, baseline)
+    assert err.value.field == "pair_id"
     assert store.list_pairs(status="queued") == []
 
 
