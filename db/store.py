@@ -173,7 +173,8 @@ class Store:
         """Store an MP4 and its sidecar under the MP4's sha256; return its record.
 
         Idempotent: storing the same bytes again returns the existing record and keeps the first sidecar
-        (same bytes are the same clip; a re-run's different timings do not make it a new one).
+        (same bytes are the same clip; a re-run's different timings do not make it a new one). If the
+        file of a stored clip has gone missing, it is rewritten.
         Sidecar keys: see :func:`convert.clip_columns`.
         """
         if not isinstance(mp4_bytes, (bytes, bytearray, memoryview)) or len(mp4_bytes) == 0:
@@ -182,10 +183,11 @@ class Store:
         columns = convert.clip_columns(sidecar)
         sha = sha256_hex(data)
         existing = self._read(lambda s: s.get(Clip, sha))
-        if existing is not None:
+        if existing is not None and (self.data_dir / existing.path).is_file():
             return convert.clip_record(existing, self.data_dir)
         # Files first, row second: a committed row must never point at a missing file. A crash in between
-        # leaves an orphan file that the next put of the same bytes simply overwrites.
+        # leaves an orphan file that the next put of the same bytes simply overwrites; a row whose file
+        # was lost gets its file back here.
         atomic_write_bytes(self.data_dir / clip_relpath(sha), data)
         sidecar_text = json.dumps(sidecar, indent=2, sort_keys=True, ensure_ascii=False)
         atomic_write_bytes(self.data_dir / sidecar_relpath(sha), sidecar_text.encode("utf-8"))

@@ -183,6 +183,9 @@ def test_find_clip_reuses_a_stored_baseline(store: Store) -> None:
     assert store.find_clip("other-model", "a red fox", 7, 64, 48, 5.166667, key) is None
     clip.path.unlink()  # a clip whose file vanished must not be offered for reuse
     assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.166667, key) is None
+    assert store.put_clip(fake_mp4("base"), sidecar(duration=5.166667)) == clip  # putting it again heals it
+    assert clip.path.read_bytes() == fake_mp4("base")
+    assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.166667, key) == clip
 
 
 # -------------------------------------------------------------------------------------------- video jobs
