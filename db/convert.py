@@ -40,7 +40,8 @@ def clip_columns(sidecar: dict[str, Any]) -> dict[str, Any]:
     """Validate a clip sidecar and return the columns the clips table records.
 
     Required keys: model_id, prompt, seed, tier, width, height, frames, duration_seconds, tokens, and either
-    tier_config (dict; hashed) or tier_config_hash. Optional: timings (dict of stage → seconds).
+    tier_config (dict; hashed) or tier_config_hash. Optional: timings (dict of stage → seconds) and
+    requested_duration (the target's duration_seconds, which find_clip also matches).
     """
     check.json_dict(sidecar, "sidecar")
 
@@ -61,9 +62,15 @@ def clip_columns(sidecar: dict[str, Any]) -> dict[str, Any]:
         "height": check.integer(field("height"), "sidecar.height", minimum=1),
         "frames": check.integer(field("frames"), "sidecar.frames", minimum=1),
         "duration_seconds": normalise_duration(field("duration_seconds"), "sidecar.duration_seconds"),
+        "requested_duration": _optional_duration(sidecar.get("requested_duration")),
         "tokens": check.integer(field("tokens"), "sidecar.tokens"),
         "timings_json": canonical_json(timings, "sidecar.timings"),
     }
+
+
+def _optional_duration(value: Any) -> float | None:
+    """The requested (target) duration if the sidecar records one."""
+    return None if value is None else normalise_duration(value, "sidecar.requested_duration")
 
 
 def sidecar_tier_hash(sidecar: dict[str, Any]) -> str:
@@ -95,6 +102,7 @@ def clip_record(row: Clip, data_dir: Path) -> ClipRecord:
         tier=row.tier,
         tier_config_hash=row.tier_config_hash,
         duration_seconds=row.duration_seconds,
+        requested_duration=row.requested_duration,
         width=row.width,
         height=row.height,
         frames=row.frames,

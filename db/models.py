@@ -42,7 +42,8 @@ class Clip(Base):
     seed: Mapped[int] = mapped_column(Integer)
     tier: Mapped[str] = mapped_column(String(100))
     tier_config_hash: Mapped[str] = mapped_column(String(64))
-    duration_seconds: Mapped[float] = mapped_column(Float)
+    duration_seconds: Mapped[float] = mapped_column(Float)  # actual length (frames / fps)
+    requested_duration: Mapped[float | None] = mapped_column(Float)  # target.duration_seconds, if recorded
     width: Mapped[int] = mapped_column(Integer)
     height: Mapped[int] = mapped_column(Integer)
     frames: Mapped[int] = mapped_column(Integer)

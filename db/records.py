@@ -58,6 +58,7 @@ class ClipRecord(_Record):
     tier: str
     tier_config_hash: str
     duration_seconds: float
+    requested_duration: float | None
     width: int
     height: int
     frames: int

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -235,9 +235,12 @@ class Store:
     ) -> ClipRecord | None:
         """The newest stored clip made with exactly these inputs, or None (used to reuse a baseline).
 
+        ``duration_seconds`` may be the clip's actual duration or the requested (target) one: both
+        determine the frame count, so either identifies the same generation.
         Clips whose file has gone missing from disk are skipped rather than returned.
         """
         duration = normalise_duration(duration_seconds)
+        low, high = duration - DURATION_TOLERANCE_S, duration + DURATION_TOLERANCE_S
         query = (
             select(Clip)
             .where(
@@ -247,7 +250,10 @@ class Store:
                 Clip.width == width,
                 Clip.height == height,
                 Clip.tier_config_hash == tier_config_hash,
-                Clip.duration_seconds.between(duration - DURATION_TOLERANCE_S, duration + DURATION_TOLERANCE_S),
+                or_(
+                    Clip.duration_seconds.between(low, high),
+                    Clip.requested_duration.between(low, high),
+                ),
             )
             .order_by(Clip.created_at.desc())
         )

@@ -172,18 +172,19 @@ def test_unknown_clip_raises_not_found(store: Store) -> None:
 
 
 def test_find_clip_reuses_a_stored_baseline(store: Store) -> None:
-    clip = store.put_clip(fake_mp4("base"), sidecar(duration=5.166667))
+    clip = store.put_clip(fake_mp4("base"), sidecar(duration=5.166667, requested_duration=5))
     key = tier_config_hash(BASELINE_TIER)
     found = store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.166667, key)
     assert found == clip
     assert store.find_clip(MODEL, "a red fox", 8, 64, 48, 5.166667, key) is None  # other seed
+    assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.0, key) == clip  # the requested duration
     assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 4.0, key) is None  # other duration
     assert store.find_clip(MODEL, "a red fox", 7, 96, 48, 5.166667, key) is None  # other size
     assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.166667, tier_config_hash(FAST_TIER)) is None
     assert store.find_clip("other-model", "a red fox", 7, 64, 48, 5.166667, key) is None
     clip.path.unlink()  # a clip whose file vanished must not be offered for reuse
     assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.166667, key) is None
-    assert store.put_clip(fake_mp4("base"), sidecar(duration=5.166667)) == clip  # putting it again heals it
+    assert store.put_clip(fake_mp4("base"), sidecar(duration=5.166667, requested_duration=5)) == clip  # putting it again heals it
     assert clip.path.read_bytes() == fake_mp4("base")
     assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.166667, key) == clip
 

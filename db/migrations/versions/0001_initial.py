@@ -30,6 +30,7 @@ def upgrade() -> None:
     sa.Column('tier', sa.String(length=100), nullable=False),
     sa.Column('tier_config_hash', sa.String(length=64), nullable=False),
     sa.Column('duration_seconds', sa.Float(), nullable=False),
+    sa.Column('requested_duration', sa.Float(), nullable=True),
     sa.Column('width', sa.Integer(), nullable=False),
     sa.Column('height', sa.Integer(), nullable=False),
     sa.Column('frames', sa.Integer(), nullable=False),
