@@ -149,6 +149,20 @@ def _load_one(spec: ComponentSpec, folder: Path, dtype: torch.dtype, device: tor
     return model.to(device).eval().requires_grad_(False)
 
 
+def quiet_libraries() -> None:
+    """Keep library progress bars and deprecation chatter out of CLI output and server logs."""
+    import warnings
+
+    import diffusers
+    import transformers
+
+    diffusers.utils.logging.set_verbosity_error()
+    diffusers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message=".*weight_norm.*", category=FutureWarning)
+
+
 def load_components(path: str | os.PathLike | None = None, device: str | None = None,
                     dtype: torch.dtype | None = None) -> Components:
     """Load a checkpoint folder, or the embedded h3-nano when `path` is None.
@@ -156,6 +170,7 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
     Defaults: CUDA + bfloat16 when a GPU is present, else CPU + float32. Raises `ModelLoadError` listing every
     missing or broken component.
     """
+    quiet_libraries()
     root = Path(path) if path is not None else NANO_PATH
     device_obj = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or (torch.bfloat16 if device_obj.type == "cuda" else torch.float32)

@@ -1,0 +1,166 @@
+"""Engine foundation: off-identity with diffusers' pipeline, determinism, MP4 output, loading, CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from engine.components import NANO_PATH, load_components
+from engine.errors import ModelLoadError
+from engine.media import probe_mp4
+from engine.plan import build_layout, resolve_canvas
+from engine import stages
+
+ROOT = NANO_PATH.parent.parent
+PROMPT = "a red circle moves left to right over a grey background"
+
+
+def _diffusers_pipeline(components):
+    from diffusers.modular_pipelines.minimax_h3.modular_blocks_minimax_h3 import MiniMaxH3Blocks
+
+    pipe = MiniMaxH3Blocks().init_pipeline()
+    pipe.update_components(
+        transformer=components.transformer, vae=components.vae, audio_vae=components.audio_vae,
+        text_encoder=components.text_encoder, tokenizer=components.tokenizer, scheduler=components.scheduler,
+        audio_scheduler=components.audio_scheduler, processor=stages._TextOnlyTokenTypes(),
+    )
+    return pipe
+
+
+def test_baseline_equals_diffusers_modular_pipeline(nano_components):
+    """Off-identity: the engine's stage loop reproduces MiniMaxH3ModularPipeline t2va (fp32, CPU)."""
+    components, steps, seed = nano_components, 12, 1234
+    canvas = resolve_canvas(components.geometry, 5.0, "16:9", 128)
+    embeds = stages.encode_text(components, PROMPT)
+    layout = build_layout(components.geometry, canvas, embeds.shape[1])
+    video, audio = stages.prepare_noise(components, canvas, seed)
+    video, audio, _ = stages.denoise(components, layout, embeds, video, audio, steps)
+    frames = stages.decode_video(components, canvas, video)
+    waveform = stages.decode_audio(components, canvas, audio)
+
+    out = _diffusers_pipeline(components)(
+        prompt=PROMPT, num_frames=canvas.num_frames, height=canvas.height, width=canvas.width,
+        num_inference_steps=steps + 1, generator=torch.Generator("cpu").manual_seed(seed), output_type="np",
+        output=["videos", "audio"],
+    )
+    reference_frames = np.asarray(out["videos"])[0]
+    reference_audio = out["audio"][0].numpy()
+    assert frames.shape == reference_frames.shape == (124, 128, 224, 3)
+    assert np.abs(frames - reference_frames).max() <= 1e-6
+    assert waveform.shape == reference_audio.shape
+    assert np.abs(waveform - reference_audio).max() <= 1e-6
+    assert frames.std() > 0.01, "nano output must not be flat"
+
+
+def test_same_seed_gives_identical_mp4_bytes(nano_engine):
+    request = {"prompt": PROMPT, "seed": 7, "steps": 4}
+    first, second = nano_engine.generate(request), nano_engine.generate(request)
+    assert first.mp4 == second.mp4
+    other = nano_engine.generate({**request, "seed": 8})
+    assert other.mp4 != first.mp4
+
+
+def test_clip_mp4_and_sidecar(nano_engine, tmp_path):
+    events = []
+    clip = nano_engine.generate({"prompt": PROMPT, "seed": 3, "steps": 5}, on_step=events.append)
+    assert [e.index for e in events] == list(range(5)) and all(e.total == 5 for e in events)
+    assert clip.frames.dtype == np.uint8 and clip.frames.shape == (124, 128, 224, 3)
+    assert clip.audio.shape[0] == 2 and clip.sample_rate == 16000
+    mp4_path, json_path = clip.save(tmp_path / "clip.mp4")
+    probe = probe_mp4(str(mp4_path))
+    assert (probe.video_codec, probe.pix_fmt, probe.fps, probe.frames) == ("h264", "yuv420p", 24.0, 124)
+    assert (probe.audio_codec, probe.audio_channels, probe.sample_rate) == ("aac", 2, 16000)
+    assert abs(probe.audio_seconds - probe.video_seconds) <= 0.25
+    sidecar = json.loads(json_path.read_text())
+    for key in ("seed", "tier", "timings", "model_id", "tokens", "frames", "fps", "sample_rate"):
+        assert key in sidecar
+    assert sidecar["seed"] == 3 and sidecar["frames"] == 124 and sidecar["fps"] == 24
+    assert set(sidecar["timings"]) >= {"encode_text", "denoise", "decode_video", "decode_audio", "mux"}
+    assert sidecar["model_id"] == nano_engine.model_id and sidecar["tokens"] == clip.tokens > 1000
+
+
+def test_cancel_flag_stops_denoising_and_engine_keeps_serving(nano_engine):
+    from engine.errors import GenerationCancelled
+
+    calls = {"n": 0}
+
+    def cancel():
+        calls["n"] += 1
+        return calls["n"] > 2
+
+    with pytest.raises(GenerationCancelled):
+        nano_engine.generate({"prompt": PROMPT, "steps": 10}, cancel=cancel)
+    assert nano_engine.generate({"prompt": PROMPT, "steps": 2}).num_frames == 124
+
+
+def test_nano_loads_offline_in_a_fresh_process():
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(ROOT), "HOME": "/nonexistent"}
+    result = subprocess.run([sys.executable, "-m", "engine", "info"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["name"] == "h3-nano" and info["config"]["text_encoder_layers"] >= 51
+    assert info["tokens"]["5.0"]["frames"] == 124 and info["tokens"]["5.0"]["width"] == 224
+
+
+def _broken_checkpoint(tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(NANO_PATH, broken)
+    (broken / "transformer" / "diffusion_pytorch_model.safetensors").unlink()
+    (broken / "vae" / "config.json").write_text("{not json")
+    shutil.rmtree(broken / "audio_scheduler")
+    return broken
+
+
+def test_broken_checkpoint_lists_every_problem(tmp_path):
+    with pytest.raises(ModelLoadError) as caught:
+        load_components(_broken_checkpoint(tmp_path))
+    text = str(caught.value)
+    assert "transformer/: no .safetensors weights" in text
+    assert "vae/config.json: not valid JSON" in text
+    assert "audio_scheduler/: missing" in text
+
+
+def test_corrupt_weights_are_reported(tmp_path):
+    broken = tmp_path / "corrupt"
+    shutil.copytree(NANO_PATH, broken)
+    (broken / "audio_vae" / "diffusion_pytorch_model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ModelLoadError, match="audio_vae/: failed to load"):
+        load_components(broken)
+
+
+def test_cli_generate_writes_mp4_and_sidecar(tmp_path):
+    out = tmp_path / "cli.mp4"
+    result = subprocess.run([sys.executable, "-m", "engine", "generate", "--prompt", PROMPT, "--out", str(out),
+                             "--steps", "2", "--seed", "5"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert out.is_file() and json.loads(out.with_suffix(".json").read_text())["seed"] == 5
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--prompt", ""], "prompt"),
+    (["--prompt", "x", "--duration", "2"], "duration_seconds"),
+    (["--prompt", "x", "--aspect", "5:4"], "aspect_ratio"),
+    (["--prompt", "x", "--short-edge", "100"], "short_edge"),
+    (["--prompt", "x", "--steps", "0"], "steps"),
+    (["--prompt", "x", "--tier", "nope"], "tier"),
+])
+def test_cli_bad_input_exits_2_with_error_line(tmp_path, args, field):
+    result = subprocess.run([sys.executable, "-m", "engine", "generate", "--out", str(tmp_path / "x.mp4"), *args],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0]
+
+
+def test_cli_broken_model_exits_2(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "engine", "info", "--model", str(_broken_checkpoint(tmp_path))],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.startswith("error: cannot load MiniMax-H3 checkpoint")
