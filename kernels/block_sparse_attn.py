@@ -208,7 +208,9 @@ def block_sparse_attention_reference(q, k, v, *, video_start: int, valid_len: in
     if tile_indices is None:
         tile_indices = select_tiles_reference(q, k, video_start, valid_len, keep_ratio, tile)
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-    qh, kh, vh = (t.to(cdt).transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
+    # Padded rows are zeroed, not just masked: NaN/inf garbage there must not leak through 0 * NaN.
+    valid = (torch.arange(S, device=q.device) < valid_len)[None, :, None, None]
+    qh, kh, vh = (t.to(cdt).masked_fill(~valid, 0.0).transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
     allowed = _allowed_mask(B, H, S, video_start, valid_len, tile, tile_indices, q.device)
     scores = torch.matmul(qh, kh.transpose(-1, -2)) * (1.0 / math.sqrt(D))
     scores = scores.masked_fill(~allowed, float("-inf"))
@@ -278,7 +280,7 @@ if HAS_TRITON:
             kmask = cols < lim
             kt = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=kmask[:, None], other=0.0)
             if FP32_DOT:
-                s = tl.dot(q, tl.trans(kt), input_precision="ieee")
+                s = tl.dot(q.to(tl.float32), tl.trans(kt.to(tl.float32)), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(kt))
             s = tl.where(kmask[None, :], s * qk_scale, float("-inf"))
@@ -320,21 +322,25 @@ def _require_kernels(op: str) -> None:
         )
 
 
-def _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices):
+def _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices):
+    """Grid, positional args and constexpr/launch kwargs of one `_bsa_fwd_kernel` launch (None if nothing to do).
+
+    Split out so the CPU tests can check the specialisation key without a GPU.
+    """
     B, S, H, D = q.shape
     n_vid = num_video_tiles(video_start, valid_len, tile)
     n_sink_qt = -(-video_start // tile)
     n_total_qt = n_sink_qt + max(0, -(-(S - video_start) // tile))
-    if tile_indices.numel() == 0:
-        tile_indices = torch.zeros(B, H, 1, 1, dtype=torch.long, device=q.device)
-    k_keep = tile_indices.shape[-1] if n_vid else 0
-    ti = tile_indices
-    if ti.stride(-1) != 1:
-        ti = ti.contiguous()
     if n_total_qt == 0:
-        return out
+        return None
+    ti = tile_indices
+    if ti is None or ti.numel() == 0:
+        ti = torch.zeros(B, H, 1, 1, dtype=torch.long, device=q.device)
+    elif ti.stride(-1) != 1:
+        ti = ti.contiguous()
+    k_keep = ti.shape[-1] if n_vid else 0
     qk_scale = (1.0 / math.sqrt(D)) * 1.4426950408889634  # exp2 domain
-    _bsa_fwd_kernel[(n_total_qt, B * H)](
+    args = (
         q, k, v, out, ti,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
@@ -342,9 +348,19 @@ def _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices):
         out.stride(0), out.stride(1), out.stride(2),
         ti.stride(0), ti.stride(1), ti.stride(2),
         H, S, video_start, valid_len, n_sink_qt, n_vid, k_keep, qk_scale,
-        TILE=tile, D=D, FP32_DOT=q.dtype == torch.float32,
-        num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"],
     )
+    # fp32 inputs want IEEE dots (not tf32). Triton 3.9's CPU interpreter computes bf16 x bf16 tl.dot wrongly
+    # (checked 2026-12-02: errors ~1e10), so interpreted runs upcast the operands as well.
+    kwargs = dict(TILE=tile, D=D, FP32_DOT=q.dtype == torch.float32 or not q.is_cuda,
+                  num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"])
+    return (n_total_qt, B * H), args, kwargs
+
+
+def _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices):
+    launch = _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices)
+    if launch is not None:
+        grid, args, kwargs = launch
+        _bsa_fwd_kernel[grid](*args, **kwargs)
     return out
 
 

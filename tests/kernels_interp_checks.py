@@ -1,0 +1,223 @@
+"""Interpreter checks of the Triton kernels at small shapes, run in a subprocess by tests/test_kernels.py.
+
+`TRITON_INTERPRET=1` has to be set before triton is imported and changes how every `@triton.jit` in the process
+behaves, so these checks live in their own process. Prints one JSON object {check: [ok, detail]} on the last line.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+os.environ["H3_KERNELS_INTERPRET"] = "1"
+
+import json  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from kernels import block_sparse_attn as bsa  # noqa: E402
+from kernels.norm_modulate import norm_modulate, norm_modulate_reference  # noqa: E402
+from kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_reference  # noqa: E402
+from kernels.residual_gate import residual_gate, residual_gate_, residual_gate_reference  # noqa: E402
+
+RESULTS: dict[str, list] = {}
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def check(name):
+    def deco(fn):
+        try:
+            detail = fn()
+            RESULTS[name] = [True, detail]
+        except Exception as exc:  # report, keep going
+            RESULTS[name] = [False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"]
+        return fn
+    return deco
+
+
+def fresh(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+def tables(C, rows=6):
+    # adaln_proj layout: one [rows, 6*C] tensor viewed as six [rows, C] chunks (row stride 6*C).
+    return fresh(rows, 6 * C).chunk(6, dim=-1)
+
+
+@check("norm_modulate")
+def _():
+    out = []
+    for dtype, weight, tol in ((torch.float32, True, 1e-6), (torch.bfloat16, True, 1e-2), (torch.float32, False, 1e-6)):
+        B, S, C = 2, 19, 80
+        x = fresh(B, S, C, dtype=dtype)
+        w = fresh(C, dtype=dtype) if weight else None
+        shift, scale = tables(C)[:2]
+        shift, scale = shift.to(dtype), scale.to(dtype)
+        idx = torch.randint(0, 6, (S,))
+        y = norm_modulate(x, w, 1e-5, scale, shift, idx)
+        ref = norm_modulate_reference(x.double(), None if w is None else w.double(), 1e-5, scale.double(),
+                                      shift.double(), idx)
+        e = rel(y, ref)
+        assert y.dtype == dtype and e < tol, (dtype, e)
+        out.append(e)
+    return out
+
+
+@check("residual_gate")
+def _():
+    B, S, C = 2, 23, 72
+    x, h = fresh(B, S, C), fresh(B, S, C)
+    gate = tables(C)[2]
+    idx = torch.randint(0, 6, (S,))
+    ref = residual_gate_reference(x.double(), gate.double(), idx, h.double())
+    x2 = x.clone()
+    ptr = x2.data_ptr()
+    y = residual_gate_(x2, gate, idx, h)
+    assert y.data_ptr() == ptr, "not in place"
+    e1 = rel(y, ref)
+    h2 = h.clone()  # aliasing out=h (what the fused block does with the attention output)
+    e2 = rel(residual_gate(x, gate, idx, h2, out=h2), ref)
+    assert e1 < 1e-6 and e2 < 1e-6, (e1, e2)
+    return [e1, e2]
+
+
+@check("qk_norm_rope")
+def _():
+    from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed, _apply_rotary_emb
+
+    out = []
+    for D, freq in ((32, 4), (128, 16)):  # nano (24 of 32 rotated) and full size (96 of 128)
+        B, S, H = 2, 9, 3
+        rope = MiniMaxH3RotaryPosEmbed(rope_freq_dim=freq)
+        cos, sin = rope(torch.randint(0, 50, (S, 3)).double())
+        assert cos.shape[-1] == 6 * freq
+        qkv = fresh(B, S, 3 * H * D)  # chunks of a fused QKV: strided q and k
+        q, k, _ = (t.unflatten(-1, (H, D)) for t in qkv.chunk(3, dim=-1))
+        wq, wk = fresh(D), fresh(D)
+        qo, ko = qk_norm_rope(q, k, wq, wk, 1e-5, cos, sin)
+        norm_q = torch.nn.RMSNorm(D, eps=1e-5, dtype=torch.float64)
+        norm_k = torch.nn.RMSNorm(D, eps=1e-5, dtype=torch.float64)
+        norm_q.weight.data.copy_(wq)
+        norm_k.weight.data.copy_(wk)
+        rq = _apply_rotary_emb(norm_q(q.double()), cos.double(), sin.double())
+        rk = _apply_rotary_emb(norm_k(k.double()), cos.double(), sin.double())
+        e = max(rel(qo, rq), rel(ko, rk))
+        assert e < 1e-6 and qo.is_contiguous(), e
+        rr = qk_norm_rope_reference(q, k, wq, wk, 1e-5, cos, sin)
+        assert rel(rr[0], rq) < 1e-6
+        out.append(e)
+    return out
+
+
+def layout(S, video_start, valid_len, H=2, D=32, dtype=torch.float32, poison_padding=True):
+    q, k, v = (fresh(1, S, H, D, dtype=dtype) for _ in range(3))
+    if poison_padding and valid_len < S:  # padded rows hold garbage that must never leak
+        for t in (q, k, v):
+            t[:, valid_len:] = float("nan")
+    return q, k, v
+
+
+@check("select_tiles")
+def _():
+    out = []
+    for S, vs, vl, keep in ((300, 20, 270, 0.3), (256, 0, 256, 0.5), (200, 37, 199, 0.1)):
+        q, k, _ = layout(S, vs, vl)
+        got = bsa.select_tiles(q, k, vs, vl, keep, tile=16)
+        ref = bsa.select_tiles_reference(q, k, vs, vl, keep, tile=16)
+        n = bsa.num_video_tiles(vs, vl, 16)
+        assert got.shape == (1, 2, n, bsa.num_keep_tiles(n, keep)) and got.dtype == torch.long
+        assert torch.equal(got, ref), "selection differs from reference"
+        # brute force: the kept set is the top-k of mean(q).mean(k)
+        qm = torch.stack([q[0, vs + i * 16: min(vs + (i + 1) * 16, vl)].double().mean(0) for i in range(n)], 1)
+        km = torch.stack([k[0, vs + i * 16: min(vs + (i + 1) * 16, vl)].double().mean(0) for i in range(n)], 1)
+        sc = torch.einsum("hid,hjd->hij", qm, km)
+        kth = sc.sort(-1, descending=True).values[..., got.shape[-1] - 1: got.shape[-1]]
+        chosen = sc.gather(-1, got[0])
+        assert (chosen >= kth - 1e-5).all()
+        out.append(list(got.shape))
+    return out
+
+
+def _dense_valid(q, k, v, valid_len):
+    qt, kt, vt = (t[:, :valid_len].transpose(1, 2) for t in (q, k, v))
+    return F.scaled_dot_product_attention(qt, kt, vt).transpose(1, 2)
+
+
+@check("attention_keep1_equals_dense")
+def _():
+    out = []
+    for S, vs, vl in ((320, 23, 300), (256, 0, 256), (192, 64, 150)):
+        q, k, v = layout(S, vs, vl)
+        o = bsa.block_sparse_attention(q, k, v, video_start=vs, valid_len=vl, keep_ratio=1.0, tile=16)
+        e = (o[:, :vl] - _dense_valid(q, k, v, vl)).abs().max().item()
+        assert e < 1e-5, e
+        assert (o[:, vl:] == 0).all(), "padded query rows not exactly zero"
+        out.append(e)
+    return out
+
+
+@check("attention_sparse_vs_reference")
+def _():
+    out = []
+    for S, vs, vl, keep, dtype, tol in ((320, 23, 300, 0.25, torch.float32, 1e-5),
+                                         (384, 50, 384, 0.1, torch.float32, 1e-5),
+                                         (320, 23, 290, 0.3, torch.bfloat16, 2e-2)):
+        q, k, v = layout(S, vs, vl, dtype=dtype)
+        ti = bsa.select_tiles_reference(q, k, vs, vl, keep, 16)
+        o = torch.full_like(q, float("nan"))  # poison: every element must be written
+        bsa._launch_attention(q, k, v, o, vs, vl, 16, ti)
+        ref = bsa.block_sparse_attention_reference(q.double(), k.double(), v.double(), video_start=vs,
+                                                   valid_len=vl, keep_ratio=keep, tile=16, tile_indices=ti)
+        assert not torch.isnan(o).any(), "unwritten or NaN output"
+        e = rel(o, ref)
+        assert e < tol, e
+        assert (o[:, vl:] == 0).all()
+        out.append(e)
+    return out
+
+
+@check("attention_padding_exact")
+def _():
+    # The same valid rows padded to two bucket sizes give bit-identical valid outputs.
+    vs, vl = 30, 200
+    q, k, v = layout(vl, vs, vl)
+    outs = []
+    for S in (208, 256):
+        pad = lambda t: torch.cat([t, torch.full((1, S - vl) + t.shape[2:], 1e4)], 1)  # noqa: E731
+        ti = bsa.select_tiles(pad(q), pad(k), vs, vl, 0.3, 16)
+        o = bsa.block_sparse_attention(pad(q), pad(k), pad(v), video_start=vs, valid_len=vl, keep_ratio=0.3,
+                                       tile=16, tile_indices=ti)
+        assert (o[:, vl:] == 0).all()
+        outs.append(o[:, :vl])
+    assert torch.equal(outs[0], outs[1])
+    return "bit-identical"
+
+
+@check("fused_model_interpreter")
+def _():
+    from tests.nano_inputs import nano_model_and_inputs
+
+    from engine.fused import FusedQKAttnProcessor, disable_fused_blocks, enable_fused_blocks
+
+    model, inputs = nano_model_and_inputs()
+    with torch.no_grad():
+        ref = model(**inputs)
+        enable_fused_blocks(model)
+        model.set_attn_processor(FusedQKAttnProcessor())
+        got = model(**inputs)
+        disable_fused_blocks(model)
+    e = max((got.sample - ref.sample).abs().max().item(), (got.audio_sample - ref.audio_sample).abs().max().item())
+    assert e < 1e-4, e
+    return e
+
+
+if __name__ == "__main__":
+    print(json.dumps(RESULTS))
+    sys.exit(0)
