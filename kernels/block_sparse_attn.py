@@ -28,7 +28,7 @@ import torch
 from ._common import HAS_TRITON, KernelUnavailable, interpret_mode, jit_cache_size, tl, triton
 
 # Launch configuration of the attention kernel; bench/kernels.py sweeps it on the H200.
-CONFIG = {"num_warps": 4, "num_stages": 3}
+CONFIG = {"num_warps": 4, "num_stages": 3, "kv_tiles": 2}
 
 __all__ = [
     "KernelUnavailable",
@@ -236,7 +236,7 @@ if HAS_TRITON:
         stride_ob, stride_os, stride_oh,
         stride_ib, stride_ih, stride_it,
         H, S, video_start, valid_len, n_sink_qt, n_vid_tiles, k_keep, qk_scale,
-        TILE: tl.constexpr, D: tl.constexpr, FP32_DOT: tl.constexpr,
+        TILE: tl.constexpr, D: tl.constexpr, KV_TILES: tl.constexpr, FP32_DOT: tl.constexpr,
     ):
         # Grid (query tiles, B*H). Axis 0 runs fastest, so concurrently resident programs share one head's K/V in L2.
         # Query tiles 0..n_sink_qt are the dense sink/text tiles (scheduled first: they are the long ones), then
@@ -258,11 +258,14 @@ if HAS_TRITON:
         q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :],
                     mask=qmask[:, None], other=0.0)
 
-        # Key schedule: "first" blocks are contiguous from row 0 up to first_lim (all valid keys for a sink query
-        # tile, the sink keys for a video tile); then k_keep gathered video tiles from IDX.
-        n_first = tl.where(is_sink_q, tl.cdiv(valid_len, TILE), tl.cdiv(video_start, TILE))
+        # Key schedule: "first" chunks are contiguous from row 0 up to first_lim (all valid keys for a sink query
+        # tile, the sink keys for a video tile); then the k_keep gathered video tiles from IDX, KV_TILES per step
+        # (two 64-row tiles make one 128-wide dot, which keeps Hopper's tensor cores busier than 64).
+        BLOCK_N: tl.constexpr = TILE * KV_TILES
+        offs_n = tl.arange(0, BLOCK_N)
+        n_first = tl.where(is_sink_q, tl.cdiv(valid_len, BLOCK_N), tl.cdiv(video_start, BLOCK_N))
         first_lim = tl.where(is_sink_q, valid_len, video_start)
-        n_iter = tl.where(is_sink_q, n_first, n_first + k_keep)
+        n_iter = tl.where(is_sink_q, n_first, n_first + tl.cdiv(k_keep, KV_TILES))
         n_iter = tl.where(vt < n_vid_tiles, n_iter, 0)  # padding-only query tile: nothing to attend to
         idx_base = IDX + b * stride_ib + h * stride_ih + tl.maximum(tl.minimum(vt, n_vid_tiles - 1), 0) * stride_it
 
@@ -273,11 +276,21 @@ if HAS_TRITON:
         v_base = V + b * stride_vb + h * stride_vh
         for j in range(0, n_iter):
             in_first = j < n_first
-            t = tl.load(idx_base + tl.maximum(j - n_first, 0), mask=j >= n_first, other=0)
-            start = tl.where(in_first, j * TILE, video_start + t * TILE)
+            e0 = tl.maximum(j - n_first, 0) * KV_TILES
+            t0 = tl.load(idx_base + e0, mask=j >= n_first, other=0)
             lim = tl.where(in_first, first_lim, valid_len)
-            cols = start + offs_m
-            kmask = cols < lim
+            if KV_TILES == 1:
+                gcols = video_start + t0 * TILE + offs_n
+                cols = tl.where(in_first, j * BLOCK_N + offs_n, gcols)
+                kmask = cols < lim
+            else:
+                has_t1 = e0 + 1 < k_keep
+                t1 = tl.load(idx_base + e0 + 1, mask=(j >= n_first) & has_t1, other=0)
+                gcols = video_start + tl.where(offs_n < TILE, t0 * TILE + offs_n, t1 * TILE + offs_n - TILE)
+                cols = tl.where(in_first, j * BLOCK_N + offs_n, gcols)
+                # An odd k_keep leaves the last step's second tile empty.
+                n_live = tl.where(in_first | has_t1, BLOCK_N, TILE)
+                kmask = (cols < lim) & (offs_n < n_live)
             kt = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=kmask[:, None], other=0.0)
             if FP32_DOT:
                 s = tl.dot(q.to(tl.float32), tl.trans(kt.to(tl.float32)), input_precision="ieee")
@@ -351,7 +364,7 @@ def _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices):
     )
     # fp32 inputs want IEEE dots (not tf32). Triton 3.9's CPU interpreter computes bf16 x bf16 tl.dot wrongly
     # (checked 2026-12-02: errors ~1e10), so interpreted runs upcast the operands as well.
-    kwargs = dict(TILE=tile, D=D, FP32_DOT=q.dtype == torch.float32 or not q.is_cuda,
+    kwargs = dict(TILE=tile, D=D, KV_TILES=CONFIG["kv_tiles"], FP32_DOT=q.dtype == torch.float32 or not q.is_cuda,
                   num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"])
     return (n_total_qt, B * H), args, kwargs
 
