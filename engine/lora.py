@@ -484,6 +484,7 @@ def _map_state_dict(
     vocab, flat = _build_vocabulary(model)
 
     unmatched: list[str] = []
+    problems: list[str] = []
     original = False
     groups: dict[str, dict[str, tuple[str, torch.Tensor]]] = {}  # canonical name -> role -> (key, tensor)
     for key, tensor in state_dict.items():
@@ -496,11 +497,10 @@ def _map_state_dict(
         original |= target.original_name
         roles = groups.setdefault(canonical, {})
         if parsed[1] in roles:
-            unmatched.append(f"{key} (duplicate of {roles[parsed[1]][0]})")
+            problems.append(f"{key}: duplicate of {roles[parsed[1]][0]}")
             continue
         roles[parsed[1]] = (key, tensor)
 
-    problems: list[str] = []
     tensor_alphas: dict[str, float] = {}
     for canonical, roles in groups.items():
         if "down" not in roles or "up" not in roles:
@@ -583,10 +583,16 @@ def _error_message(unmatched: list[str], problems: list[str], num_keys: int) -> 
 class _Piece:
     """A delta placed on a live Linear: rows `rows` of its output get `scale x factor x (x @ A.T) @ B.T`."""
 
-    down: torch.Tensor  # (rank, in_features), layer dtype/device
-    up: torch.Tensor  # (rows, rank), layer dtype/device
-    factor: float
+    source: _LayerDelta
     rows: slice | None  # None = all output rows
+    down: torch.Tensor | None = None  # (rank, in_features), in the layer's dtype and on its device
+    up: torch.Tensor | None = None  # (rows, rank), likewise
+
+    def sync(self, weight: torch.Tensor) -> None:
+        """(Re)cast A and B from the file's tensors to the layer's dtype/device, e.g. after `model.to("cuda")`."""
+        if self.down is None or self.down.device != weight.device or self.down.dtype != weight.dtype:
+            self.down = self.source.down.to(device=weight.device, dtype=weight.dtype)
+            self.up = self.source.up.to(device=weight.device, dtype=weight.dtype)
 
 
 @dataclass
@@ -631,9 +637,10 @@ class LoraHandle:
             x = args[0] if args else kwargs["input"]
             out = output
             for piece in layer.pieces:
+                piece.sync(module.weight)
                 # (..., in) @ A.T -> (..., rank) @ B.T -> (..., rows); computed in the layer's dtype like peft does.
                 delta = nn.functional.linear(nn.functional.linear(x.to(piece.down.dtype), piece.down), piece.up)
-                delta = delta * (scale * piece.factor)
+                delta = delta * (scale * piece.source.factor)
                 if piece.rows is None:
                     out = out + delta.to(out.dtype)
                 else:
@@ -673,8 +680,10 @@ class LoraHandle:
             weight = layer.module.weight
             wanted = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
             for piece in layer.pieces:
-                rows = piece.rows or slice(None)
-                wanted[rows] += (scale * piece.factor) * (piece.up.float() @ piece.down.float())
+                rows = slice(None) if piece.rows is None else piece.rows
+                # From the file's tensors in fp32, so a bf16 layer's merge is rounded once, at the end.
+                up, down = piece.source.up.to(weight.device).float(), piece.source.down.to(weight.device).float()
+                wanted[rows] += (scale * piece.source.factor) * (up @ down)
             new = (weight.float() + wanted).to(weight.dtype)
             wanted_norm = wanted.norm()
             if wanted_norm == 0 or (new.float() - weight.float() - wanted).norm() > max_rounding_loss * wanted_norm:
@@ -751,15 +760,14 @@ class LoraAdapter:
         by_module: dict[int, _LiveLayer] = {}
         for delta in self.deltas:
             module, rows = _live_target(model, delta.module)
-            if module.in_features != delta.down.shape[1]:
-                raise LoraError(f"{delta.module}: model in_features {module.in_features} != adapter {delta.down.shape[1]}")
-            weight = module.weight
-            piece = _Piece(
-                down=delta.down.to(device=weight.device, dtype=weight.dtype),
-                up=delta.up.to(device=weight.device, dtype=weight.dtype),
-                factor=delta.factor,
-                rows=rows,
-            )
+            out_features = module.out_features if rows is None else rows.stop - rows.start
+            if (out_features, module.in_features) != (delta.up.shape[0], delta.down.shape[1]):
+                raise LoraError(
+                    f"{delta.module}: this model's layer is {(out_features, module.in_features)}, the adapter was "
+                    f"mapped for {(delta.up.shape[0], delta.down.shape[1])}; load it against this model."
+                )
+            piece = _Piece(source=delta, rows=rows)
+            piece.sync(module.weight)
             by_module.setdefault(id(module), _LiveLayer(module, [])).pieces.append(piece)
         handle = LoraHandle(self, model, list(by_module.values()))
         _ACTIVE[model] = weakref.ref(handle)

@@ -623,3 +623,20 @@ def test_total_layers_count():
     model = make_nano()
     assert sum(isinstance(m, nn.Linear) for m in model.modules()) == NANO_LINEARS
 
+
+
+def test_mixed_precision_model_computes_in_each_layers_dtype():
+    """H3 ships bf16 blocks with fp32 patch/time/output projections; each update runs in its layer's dtype."""
+    model = make_nano().to(torch.bfloat16)
+    for name in MiniMaxH3Transformer3DModel._keep_in_fp32_modules:
+        model.get_submodule(name).float()
+    adapter = load_lora(ASSETS / "nano-turbo-9.safetensors", model)
+    with adapter.apply(model) as handle:
+        pieces = {id(layer.module): layer.pieces[0] for layer in handle._layers}
+        assert {p.down.dtype for p in pieces.values()} == {torch.bfloat16}
+        out = run(model).float()
+    fp32_model = make_nano()
+    with load_lora(ASSETS / "nano-turbo-9.safetensors", fp32_model).apply(fp32_model):
+        reference = run(fp32_model)
+    assert torch.isfinite(out).all()
+    assert (out - reference).abs().max() < 0.05 * reference.abs().max()
