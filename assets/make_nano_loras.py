@@ -64,7 +64,9 @@ def make_pairs(shapes: dict[str, tuple[int, int]], seed: int) -> dict[str, tuple
     return pairs
 
 
-def to_state_dict(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], fmt: str, alpha: float) -> dict[str, torch.Tensor]:
+def to_state_dict(
+    pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], fmt: str, alpha: float
+) -> dict[str, torch.Tensor]:
     state_dict = {}
     for name, (down, up) in pairs.items():
         if fmt == "peft":
@@ -107,7 +109,8 @@ def main() -> None:
         }
         path = args.out / f"{stem}.safetensors"
         save_deterministic(to_state_dict(make_pairs(shapes, seed), fmt, alpha), path, metadata)
-        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} ({fmt}, rank {RANK}, alpha {alpha:g})")
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        print(f"wrote {shown} ({fmt}, rank {RANK}, alpha {alpha:g})")
 
 
 if __name__ == "__main__":

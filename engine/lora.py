@@ -13,14 +13,16 @@ because the split assumed equal q/k/v widths, a 5-step LoRA silently matched 0 o
 Supported key layouts (any of them may carry the `transformer.`, `base_model.model.`, `model.diffusion_model.` or
 `diffusion_model.` prefix):
 
-| format string        | keys                                                                                   |
-|----------------------|----------------------------------------------------------------------------------------|
-| `peft`               | `<module>.lora_A.weight` / `<module>.lora_B.weight` (also peft's `.lora_A.default.weight`) |
-| `kohya`              | `lora_unet_<module_with_underscores>.lora_down.weight` / `.lora_up.weight` / `.alpha`,  |
-|                      | or dotted `<module>.lora_down.weight`                                                   |
-| `diffusers-legacy`   | `<module>.lora.down.weight` / `.lora.up.weight`, `<attn>.processor.to_q_lora.down.weight` |
-| `diffsynth`          | H3 original-checkpoint names with peft's `.default.` infix; fused QKV rows interleaved per head |
-| `<style>/h3-original`| any style above over the original checkpoint's names (`blocks.N.attn.qkv_proj`, `mlp.fc1`, ...) |
+- `peft`: `<module>.lora_A.weight` / `<module>.lora_B.weight` (also peft's `.lora_A.default.weight`); alpha from the
+  metadata, including diffusers' `lora_adapter_metadata`.
+- `kohya`: `lora_unet_<module_with_underscores>.lora_down.weight` / `.lora_up.weight` / `.alpha` (flattened names are
+  matched against the model's real module names, never split on `_`), or dotted `<module>.lora_down.weight`.
+- `diffusers-legacy`: `<module>.lora.down.weight` / `.lora.up.weight` and `<attn>.processor.to_q_lora.down.weight`.
+- `diffsynth`: H3 original-checkpoint names with peft's `.default.` infix; its fused QKV rows are interleaved per head
+  and are de-interleaved with the model's own head count.
+- `<style>/h3-original`: any style above over the H3 original-checkpoint names that ai-toolkit, musubi-tuner and SGLang
+  use (`blocks.N.attn.qkv_proj`, `attn.out_proj`, `mlp.fc1`, `mlp.fc2`, `token_refiner.blocks.N`, `final_layer.*`, ...),
+  the same table diffusers' converter uses.
 
 Fused QKV: a single `to_qkv` / `qkv_proj` pair is split into `to_q`, `to_k`, `to_v` by the *real* `out_features` of the
 model's modules (never assumed equal). A is shared, B's rows are cut at those widths. If the model itself has fused
@@ -49,9 +51,10 @@ import logging
 import math
 import re
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -84,7 +87,9 @@ _SUFFIXES = (
     (".alpha", "alpha", None),
 )
 # diffusers' old attention-processor LoRA: `attn.processor.to_q_lora.down.weight` -> `attn.to_q`.
-_LEGACY_PROCESSOR = re.compile(r"^(?P<attn>.*)\.processor\.(?P<proj>to_q|to_k|to_v|to_out)_lora\.(?P<role>down|up)\.weight$")
+_LEGACY_PROCESSOR = re.compile(
+    r"^(?P<attn>.*)\.processor\.(?P<proj>to_q|to_k|to_v|to_out)_lora\.(?P<role>down|up)\.weight$"
+)
 
 # MiniMax-H3 original-checkpoint names (ai-toolkit, musubi, DiffSynth, SGLang) as aliases of the diffusers names,
 # written diffusers -> original so the alias vocabulary is generated from the model's real modules.
@@ -426,7 +431,9 @@ def _alpha_rules(metadata: dict[str, str], tensors: dict[str, float]) -> tuple[_
     rank = _float_meta(metadata, _RANK_METADATA_KEYS, "rank")
     if rank is None and config.get("r") is not None:
         rank = float(config["r"])
-    rules = _AlphaRules(tensors=tensors, pattern=dict(config.get("alpha_pattern") or {}), network=network, rslora=rslora)
+    rules = _AlphaRules(
+        tensors=tensors, pattern=dict(config.get("alpha_pattern") or {}), network=network, rslora=rslora
+    )
     return rules, rank
 
 
@@ -538,7 +545,7 @@ def _map_state_dict(
         if target.fused and diffsynth:
             up = _deinterleave_heads(up, model, target.modules, up_key)
         # One logical Linear per piece; a fused QKV B is cut at the modules' real widths.
-        for module, piece in zip(target.modules, up.split(widths, dim=0)):
+        for module, piece in zip(target.modules, up.split(widths, dim=0), strict=True):
             if module in addressed:
                 problems.append(f"{up_key}: {module} is already addressed by {addressed[module]}")
                 continue
@@ -553,11 +560,15 @@ def _map_state_dict(
             deltas.append(_LayerDelta(module, down, piece.contiguous(), alpha, factor, keys))
 
     if meta_rank is not None and deltas and int(meta_rank) not in {d.rank for d in deltas}:
-        problems.append(f"metadata rank {meta_rank:g} matches no layer (tensor ranks {sorted({d.rank for d in deltas})})")
+        problems.append(
+            f"metadata rank {meta_rank:g} matches no layer (tensor ranks {sorted({d.rank for d in deltas})})"
+        )
     if unmatched or problems:
         raise LoraError(_error_message(unmatched, problems, len(state_dict)))
     if not deltas:
-        raise LoraError(f"the adapter matched 0 of {len(_linear_layers(model))} layers (file has {len(state_dict)} keys)")
+        raise LoraError(
+            f"the adapter matched 0 of {len(_linear_layers(model))} layers (file has {len(state_dict)} keys)"
+        )
     return _Mapping(deltas=deltas, format=fmt)
 
 
@@ -605,10 +616,10 @@ class _LiveLayer:
 
 # Models with an active handle, so two adapters never stack by accident (a per-request switch must remove first).
 # Values are weak too: a handle refers to its model, and a strong value would keep the key alive forever.
-_ACTIVE: "weakref.WeakKeyDictionary[nn.Module, weakref.ref[LoraHandle]]" = weakref.WeakKeyDictionary()
+_ACTIVE: weakref.WeakKeyDictionary[nn.Module, weakref.ref[LoraHandle]] = weakref.WeakKeyDictionary()
 
 
-def _active_handle(model: nn.Module) -> "LoraHandle | None":
+def _active_handle(model: nn.Module) -> LoraHandle | None:
     ref = _ACTIVE.get(model)
     handle = ref() if ref is not None else None
     return handle if handle is not None and handle.active else None
@@ -621,7 +632,7 @@ class LoraHandle:
     copy). At scale 0 the hooks return the base output untouched, so the base model is reproduced exactly too.
     """
 
-    def __init__(self, adapter: "LoraAdapter", model: nn.Module, layers: list[_LiveLayer]):
+    def __init__(self, adapter: LoraAdapter, model: nn.Module, layers: list[_LiveLayer]):
         self.adapter = adapter
         self.model = model
         self._layers = layers
@@ -717,7 +728,7 @@ class LoraHandle:
         if self._removed:
             raise LoraError("this LoRA handle was removed; apply the adapter again.")
 
-    def __enter__(self) -> "LoraHandle":
+    def __enter__(self) -> LoraHandle:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -730,7 +741,7 @@ class LoraAdapter:
     def __init__(self, report: LoraReport, deltas: list[_LayerDelta]):
         self.report = report
         self.deltas = deltas
-        self._handles: "weakref.WeakSet[LoraHandle]" = weakref.WeakSet()
+        self._handles: weakref.WeakSet[LoraHandle] = weakref.WeakSet()
 
     @property
     def tier_scale(self) -> float:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
 import torch
-from dataclasses import FrozenInstanceError
-
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -54,7 +53,14 @@ def packed_inputs() -> dict[str, torch.Tensor]:
     position_ids = torch.cat(
         [
             torch.stack([torch.arange(n_text)] * 3, -1),  # text on the diagonal
-            torch.stack([torch.arange(n_audio) // 2, torch.zeros(n_audio, dtype=torch.long), torch.zeros(n_audio, dtype=torch.long)], -1),
+            torch.stack(
+                [
+                    torch.arange(n_audio) // 2,
+                    torch.zeros(n_audio, dtype=torch.long),
+                    torch.zeros(n_audio, dtype=torch.long),
+                ],
+                -1,
+            ),
             video_pos.reshape(-1, 3),
         ]
     )
@@ -82,7 +88,9 @@ def run(model: nn.Module, scale: float | None = None) -> torch.Tensor:
     return torch.cat([out.sample.flatten(), out.audio_sample.flatten()])
 
 
-def random_pairs(shapes: dict[str, tuple[int, int]], seed: int, rank: int = RANK) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def random_pairs(
+    shapes: dict[str, tuple[int, int]], seed: int, rank: int = RANK
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """name -> (A `(rank, in)`, B `(out, rank)`); B is large enough that the update is clearly visible."""
     g = torch.Generator().manual_seed(seed)
     return {
@@ -161,7 +169,7 @@ def test_peft_prefixes_match_native(tmp_path, prefix):
 
 
 def test_peft_default_infix_and_diffusers_written_file_match_native(tmp_path):
-    """A file written by diffusers' `save_lora_adapter` (alpha only in `lora_adapter_metadata`) and peft's `.default.` dump."""
+    """A file written by diffusers' `save_lora_adapter` (alpha only in `lora_adapter_metadata`), and a peft dump."""
     pytest.importorskip("peft")
     from peft import LoraConfig
 
@@ -182,8 +190,10 @@ def test_peft_default_infix_and_diffusers_written_file_match_native(tmp_path):
     assert adapter.report.alpha == 2.0 and adapter.report.effective_scale == pytest.approx(1.3 * 2 / RANK)
     assert adapter.report.matched_layers == 2 * 3 + 3  # 2 blocks + the refiner block, 3 targets each
 
-    dump = {k.replace(".lora_A.", ".lora_A.default.").replace(".lora_B.", ".lora_B.default."): v
-            for k, v in load_file(str(written)).items()}
+    dump = {
+        k.replace(".lora_A.", ".lora_A.default.").replace(".lora_B.", ".lora_B.default."): v
+        for k, v in load_file(str(written)).items()
+    }
     out2, adapter2 = ours(save(tmp_path, "dump.safetensors", dump, {"lora_alpha": "2"}), scale=1.3)
     assert adapter2.report.format == "peft"
     assert_close(out2, reference)
@@ -235,11 +245,14 @@ def _original_name_pairs(model, seed):
     shapes["blocks.1.adaln_proj.linear"] = (6 * hidden * 3, NANO_TRANSFORMER["time_embed_dim"])
     shapes["final_layer.video_out"] = (16, hidden)
     shapes["condition_proj"] = (hidden, NANO_TRANSFORMER["text_dim"])
-    return {n: (torch.randn(RANK, i, generator=g) / i**0.5, torch.randn(o, RANK, generator=g) * 0.1) for n, (o, i) in shapes.items()}
+    return {
+        n: (torch.randn(RANK, i, generator=g) / i**0.5, torch.randn(o, RANK, generator=g) * 0.1)
+        for n, (o, i) in shapes.items()
+    }
 
 
 def test_h3_original_names_kohya_fused_qkv_and_fc1_match_diffusers_converter(tmp_path):
-    """musubi-style `lora_unet_blocks_0_attn_qkv_proj`: fused QKV split + fc1 half swap + alpha, vs diffusers' converter."""
+    """musubi-style `lora_unet_blocks_0_attn_qkv_proj`: fused QKV split, fc1 half swap, alpha, vs diffusers."""
     pairs = _original_name_pairs(make_nano(), seed=6)
     sd = {}
     for name, (a, b) in pairs.items():
@@ -407,7 +420,8 @@ def test_zero_matching_layers_refused_with_keys(tmp_path):
     g = torch.Generator().manual_seed(0)
     sd = {  # a Flux-style LoRA: nothing here exists in H3
         f"transformer.single_transformer_blocks.{i}.attn.to_q.lora_{ab}.weight": torch.randn(4, 64, generator=g)
-        for i in range(3) for ab in "AB"
+        for i in range(3)
+        for ab in "AB"
     }
     path = save(tmp_path, "flux.safetensors", sd)
     with pytest.raises(LoraError) as err:
@@ -458,12 +472,16 @@ def test_other_refusals(tmp_path):
     a, b = torch.zeros(4, 64), torch.zeros(64, 4)
     cases = {
         "incomplete pair": {"transformer_blocks.0.attn.to_q.lora_A.weight": a},
-        "non-finite": {"transformer_blocks.0.attn.to_q.lora_A.weight": a + float("nan"),
-                       "transformer_blocks.0.attn.to_q.lora_B.weight": b},
-        "already addressed": {"transformer_blocks.0.attn.to_qkv.lora_A.weight": a,
-                              "transformer_blocks.0.attn.to_qkv.lora_B.weight": torch.zeros(192, 4),
-                              "transformer_blocks.0.attn.to_k.lora_A.weight": a,
-                              "transformer_blocks.0.attn.to_k.lora_B.weight": b},
+        "non-finite": {
+            "transformer_blocks.0.attn.to_q.lora_A.weight": a + float("nan"),
+            "transformer_blocks.0.attn.to_q.lora_B.weight": b,
+        },
+        "already addressed": {
+            "transformer_blocks.0.attn.to_qkv.lora_A.weight": a,
+            "transformer_blocks.0.attn.to_qkv.lora_B.weight": torch.zeros(192, 4),
+            "transformer_blocks.0.attn.to_k.lora_A.weight": a,
+            "transformer_blocks.0.attn.to_k.lora_B.weight": b,
+        },
     }
     for message, sd in cases.items():
         with pytest.raises(LoraError, match=message):
@@ -486,7 +504,7 @@ def test_other_refusals(tmp_path):
 
 
 class _UnequalAttention(nn.Module):
-    """q/k/v of different widths (GQA-like). 8 + 4 + 12 = 24 = 3 x 8, so an equal three-way split would be silently wrong."""
+    """q/k/v of unequal widths (GQA-like). 8 + 4 + 12 = 24 = 3 x 8: an equal three-way split would be silently wrong."""
 
     def __init__(self):
         super().__init__()
@@ -517,7 +535,7 @@ def test_fused_qkv_split_by_real_unequal_widths(tmp_path, fused_name):
         a, b = torch.randn(RANK, 16, generator=g), torch.randn(24, RANK, generator=g)
         fused[f"blocks.{i}.attn.{fused_name}.lora_A.weight"] = a
         fused[f"blocks.{i}.attn.{fused_name}.lora_B.weight"] = b
-        for proj, rows in zip(("to_q", "to_k", "to_v"), b.split([8, 4, 12])):
+        for proj, rows in zip(("to_q", "to_k", "to_v"), b.split([8, 4, 12]), strict=True):
             unfused[f"blocks.{i}.attn.{proj}.lora_A.weight"] = a
             unfused[f"blocks.{i}.attn.{proj}.lora_B.weight"] = rows
             expected[f"blocks.{i}.attn.{proj}"] = rows @ a
@@ -587,7 +605,13 @@ def test_generated_assets_report_and_inspect(tmp_path):
     for stem, (fmt, alpha, steps, keys) in expected.items():
         path = ASSETS / f"{stem}.safetensors"
         info = inspect_lora(path)
-        assert (info["format"], info["alpha"], info["steps"], info["num_keys"], info["rank"]) == (fmt, alpha, steps, keys, 4)
+        assert (info["format"], info["alpha"], info["steps"], info["num_keys"], info["rank"]) == (
+            fmt,
+            alpha,
+            steps,
+            keys,
+            4,
+        )
         assert info["untrained"] is True and info["metadata"]["h3_untrained"] == "true"
         report = load_lora(path, model, scale=0.8).report
         assert isinstance(report, LoraReport)
@@ -622,7 +646,6 @@ def test_generated_assets_are_reproducible_and_sane(tmp_path):
 def test_total_layers_count():
     model = make_nano()
     assert sum(isinstance(m, nn.Linear) for m in model.modules()) == NANO_LINEARS
-
 
 
 def test_mixed_precision_model_computes_in_each_layers_dtype():
