@@ -1,0 +1,405 @@
+"""Kernel benchmark on the H200 (issue 5): each fused op against diffusers' eager ops and torch.compile of the same
+torch code; block-sparse attention against cuDNN / flash SDPA (dense) and FlexAttention at the same density; one
+whole H3 block stock vs fused vs fused + sparse. One device call runs the whole sweep:
+
+    python -m bench.kernels --out $OUT            # writes kernels.json and kernels.md under --out
+
+Sizes: 37,760 rows (5 s request) and 104,016 rows (14.375 s; attention bucketed to 104,064 with exact masking).
+Timings are medians of CUDA-event-timed repetitions after warm-up; compare ratios within one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+C, H, D, FFN, TEMB = 5376, 56, 128, 14336, 2688
+TEXT = 50
+LAYOUTS = {37760: 414, 104016: 1150}  # rows -> audio rows (h3-facts section 2)
+
+RESULTS: dict = {}
+LOG: list[str] = []
+
+
+def log(msg: str) -> None:
+    line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+    print(line, flush=True)
+    LOG.append(line)
+
+
+def timed(fn, target_ms: float = 400.0, max_reps: int = 200, warmup: int = 2) -> float:
+    """Median ms of fn() over CUDA-event-timed repetitions (rep count sized to ~target_ms)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    torch.cuda.synchronize()
+    one = max(s.elapsed_time(e), 1e-3)
+    reps = int(min(max_reps, max(3, target_ms / one)))
+    times = []
+    for _ in range(reps):
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def guarded(name):
+    def deco(fn):
+        def run(*a, **kw):
+            t0 = time.time()
+            try:
+                out = fn(*a, **kw)
+                log(f"{name}: done in {time.time() - t0:.1f}s")
+                return out
+            except Exception as exc:
+                log(f"{name}: FAILED {type(exc).__name__}: {exc}")
+                RESULTS.setdefault("errors", {})[name] = traceback.format_exc()[-3000:]
+                torch.cuda.synchronize()
+                return None
+        return run
+    return deco
+
+
+def save(out_dir: str) -> None:
+    RESULTS["log"] = LOG
+    with open(os.path.join(out_dir, "kernels.json"), "w") as f:
+        json.dump(RESULTS, f, indent=1, default=str)
+
+
+# ------------------------------------------------------------------------------------------------ ceilings
+
+
+@guarded("ceilings")
+def ceilings():
+    n = 1 << 30  # 1 Gi bf16 elements = 2 GiB, copy moves 4 GiB
+    a = torch.randn(n // 1024, 1024, device="cuda").bfloat16().view(-1)
+    b = torch.empty_like(a)
+    t = timed(lambda: b.copy_(a))
+    copy_gbs = 2 * a.numel() * 2 / (t * 1e-3) / 1e9
+    del a, b
+    m = torch.randn(8192, 8192, device="cuda").bfloat16()
+    m2 = torch.randn(8192, 8192, device="cuda").bfloat16()
+    t = timed(lambda: m @ m2)
+    tflops = 2 * 8192 ** 3 / (t * 1e-3) / 1e12
+    RESULTS["ceilings"] = {"copy_GBps": copy_gbs, "matmul_bf16_TFLOPs": tflops}
+    log(f"copy {copy_gbs:.0f} GB/s (read+write), bf16 matmul {tflops:.0f} TFLOP/s")
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def layout(S):
+    audio = LAYOUTS[S]
+    video_start = TEXT + audio
+    idx = torch.zeros(S, dtype=torch.long, device="cuda")
+    idx[:TEXT] = 1  # (t_video, text)
+    idx[TEXT:video_start] = 3 + 2  # (t_audio, audio)
+    return video_start, idx
+
+
+def adaln_tables():
+    return (torch.randn(6, 6 * C, device="cuda") * 0.5).bfloat16().chunk(6, dim=-1)
+
+
+def rope_tables(S):
+    from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed
+
+    pos = torch.stack([torch.arange(S) % 97, torch.arange(S) % 24, torch.arange(S) % 42], -1).float().cuda()
+    return MiniMaxH3RotaryPosEmbed(16).cuda()(pos)
+
+
+def compiled(fn):
+    return torch.compile(fn, dynamic=False)
+
+
+# ------------------------------------------------------------------------------------------------ (a) (b) (c)
+
+
+@guarded("norm_modulate")
+def bench_norm_modulate(S):
+    import kernels.norm_modulate as nm
+
+    x = torch.randn(1, S, C, device="cuda").bfloat16()
+    norm = torch.nn.RMSNorm(C, eps=1e-5).cuda().bfloat16()
+    shift, scale = adaln_tables()[:2]
+    _, idx = layout(S)
+
+    def eager():
+        return norm(x) * (1.0 + scale.index_select(0, idx)) + shift.index_select(0, idx)
+
+    comp = compiled(eager)
+    r = {"eager_ms": timed(eager), "compile_ms": timed(comp)}
+    sweep = {}
+    for nw in (4, 8, 16):
+        nm.CONFIG["num_warps"] = nw
+        sweep[f"num_warps={nw}"] = timed(lambda: nm.norm_modulate(x, norm.weight, 1e-5, scale, shift, idx))
+    best = min(sweep, key=sweep.get)
+    nm.CONFIG["num_warps"] = int(best.split("=")[1])
+    r.update(triton_ms=sweep[best], sweep=sweep, best=best)
+    floor = 2 * x.numel() * 2 / (RESULTS["ceilings"]["copy_GBps"] * 1e9) * 1e3
+    r.update(floor_ms=floor, pct_of_floor=floor / r["triton_ms"], speedup_vs_compile=r["compile_ms"] / r["triton_ms"],
+             speedup_vs_eager=r["eager_ms"] / r["triton_ms"])
+    RESULTS.setdefault("norm_modulate", {})[S] = r
+    log(f"(a) S={S}: {json.dumps({k: v for k, v in r.items() if k != 'sweep'}, default=str)}")
+
+
+@guarded("qk_norm_rope")
+def bench_qk_norm_rope(S):
+    from diffusers.models.transformers.transformer_minimax_h3 import _apply_rotary_emb
+
+    import kernels.qk_norm_rope as qr
+
+    q, k = (torch.randn(1, S, H, D, device="cuda").bfloat16() for _ in range(2))
+    nq = torch.nn.RMSNorm(D, eps=1e-5).cuda().bfloat16()
+    nk = torch.nn.RMSNorm(D, eps=1e-5).cuda().bfloat16()
+    cos, sin = rope_tables(S)
+
+    def eager():
+        return _apply_rotary_emb(nq(q), cos, sin), _apply_rotary_emb(nk(k), cos, sin)
+
+    comp = compiled(eager)
+    r = {"eager_ms": timed(eager), "compile_ms": timed(comp)}
+    sweep = {}
+    for br, nw in ((8, 4), (16, 4), (32, 4), (32, 8)):
+        qr.CONFIG.update(BLOCK_R=br, num_warps=nw)
+        sweep[f"BLOCK_R={br},num_warps={nw}"] = timed(lambda: qr.qk_norm_rope(q, k, nq.weight, nk.weight, 1e-5, cos, sin))
+    best = min(sweep, key=sweep.get)
+    br, nw = (int(p.split("=")[1]) for p in best.split(","))
+    qr.CONFIG.update(BLOCK_R=br, num_warps=nw)
+    floor = (4 * q.numel() * 2 + 2 * cos.numel() * 4) / (RESULTS["ceilings"]["copy_GBps"] * 1e9) * 1e3
+    r.update(triton_ms=sweep[best], sweep=sweep, best=best, floor_ms=floor, pct_of_floor=floor / sweep[best],
+             speedup_vs_compile=r["compile_ms"] / sweep[best], speedup_vs_eager=r["eager_ms"] / sweep[best])
+    RESULTS.setdefault("qk_norm_rope", {})[S] = r
+    log(f"(b) S={S}: {json.dumps({k: v for k, v in r.items() if k != 'sweep'}, default=str)}")
+
+
+@guarded("residual_gate")
+def bench_residual_gate(S):
+    import kernels.residual_gate as rg
+
+    x, h = (torch.randn(1, S, C, device="cuda").bfloat16() for _ in range(2))
+    gate = adaln_tables()[2]
+    _, idx = layout(S)
+
+    def eager():
+        return x + gate.index_select(0, idx) * h
+
+    comp = compiled(eager)
+    r = {"eager_ms": timed(eager), "compile_ms": timed(comp)}
+    sweep = {}
+    for bc, nw in ((1024, 4), (2048, 4), (2048, 8), (4096, 8)):
+        rg.CONFIG.update(BLOCK_C=bc, num_warps=nw)
+        sweep[f"BLOCK_C={bc},num_warps={nw}"] = timed(lambda: rg.residual_gate_(x, gate, idx, h))
+    best = min(sweep, key=sweep.get)
+    bc, nw = (int(p.split("=")[1]) for p in best.split(","))
+    rg.CONFIG.update(BLOCK_C=bc, num_warps=nw)
+    gbs = 3 * x.numel() * 2 / (sweep[best] * 1e-3) / 1e9
+    r.update(triton_ms=sweep[best], sweep=sweep, best=best, achieved_GBps=gbs,
+             pct_of_copy_bw=gbs / RESULTS["ceilings"]["copy_GBps"],
+             speedup_vs_compile=r["compile_ms"] / sweep[best], speedup_vs_eager=r["eager_ms"] / sweep[best])
+    RESULTS.setdefault("residual_gate", {})[S] = r
+    log(f"(c) S={S}: {json.dumps({k: v for k, v in r.items() if k != 'sweep'}, default=str)}")
+
+
+# ------------------------------------------------------------------------------------------------ (d) attention
+
+
+def attn_flops(S):
+    return 4 * S * S * H * D
+
+
+@guarded("attention_dense")
+def bench_dense(S):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (torch.randn(1, H, S, D, device="cuda").bfloat16() for _ in range(3))
+    r = {}
+    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        with sdpa_kernel([be]):
+            t = timed(lambda: F.scaled_dot_product_attention(q, k, v), target_ms=1500, warmup=1)
+        r[f"{name}_ms"] = t
+        r[f"{name}_TFLOPs"] = attn_flops(S) / (t * 1e-3) / 1e12
+    RESULTS.setdefault("attention_dense", {})[S] = r
+    log(f"(d) dense S={S}: {r}")
+
+
+@guarded("attention_sparse")
+def bench_sparse(S, keep=0.1, sweep_configs=True):
+    from kernels import block_sparse_attn as bsa
+
+    bucket = -(-S // 64) * 64
+    video_start, _ = layout(S)
+    q, k, v = (torch.randn(1, bucket, H, D, device="cuda").bfloat16() for _ in range(3))
+    ti = bsa.select_tiles(q, k, video_start, S, keep)
+    r = {"bucket": bucket, "video_start": video_start, "keep": keep, "k_keep": ti.shape[-1],
+         "n_video_tiles": ti.shape[2]}
+    r["select_ms"] = timed(lambda: bsa.select_tiles(q, k, video_start, S, keep))
+    configs = [(4, 3, 2), (4, 2, 2), (8, 3, 2), (4, 3, 1), (4, 4, 2), (8, 2, 2)] if sweep_configs else [None]
+    sweep = {}
+    out = torch.empty_like(q)
+    for cfg in configs:
+        if cfg is not None:
+            bsa.CONFIG.update(num_warps=cfg[0], num_stages=cfg[1], kv_tiles=cfg[2])
+        name = f"w{bsa.CONFIG['num_warps']}s{bsa.CONFIG['num_stages']}kv{bsa.CONFIG['kv_tiles']}"
+        try:
+            sweep[name] = timed(lambda: bsa._launch_attention(q, k, v, out, video_start, S, 64, ti))
+        except Exception as exc:
+            sweep[name] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
+    ok = {n: t for n, t in sweep.items() if isinstance(t, float)}
+    best = min(ok, key=ok.get)
+    w, s_, kv = int(best[1]), int(best[3]), int(best[6:])
+    bsa.CONFIG.update(num_warps=w, num_stages=s_, kv_tiles=kv)
+    r.update(attn_ms=ok[best], sweep=sweep, best=best)
+    r["total_ms"] = timed(lambda: bsa.block_sparse_attention(q, k, v, video_start=video_start, valid_len=S,
+                                                             keep_ratio=keep))
+    # FLOPs actually computed (sink + kept tiles for video queries; all keys for sink queries)
+    n_sink = video_start
+    kept_rows = min(S - video_start, ti.shape[-1] * 64)
+    flops = 4 * H * D * ((S - video_start) * (n_sink + kept_rows) + n_sink * S)
+    r["effective_TFLOPs"] = flops / (r["attn_ms"] * 1e-3) / 1e12
+    r["compile_count"] = bsa.kernel_compile_count()
+    dense = RESULTS.get("attention_dense", {}).get(S, {})
+    if "cudnn_ms" in dense:
+        r["speedup_vs_cudnn"] = dense["cudnn_ms"] / r["total_ms"]
+    RESULTS.setdefault("attention_sparse", {})[S] = r
+    log(f"(d) sparse S={S}: {json.dumps({k: v for k, v in r.items() if k != 'sweep'}, default=str)}")
+    log(f"    sweep: {sweep}")
+
+
+@guarded("flex")
+def bench_flex(S, keep=0.1):
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    from kernels import block_sparse_attn as bsa
+
+    QB = S // 64
+    video_start, _ = layout(S)
+    n_sink_blk = -(-video_start // 64)  # aligned blocks holding the sink rows
+    q, k, v = (torch.randn(1, H, S, D, device="cuda").bfloat16() for _ in range(3))
+    # Same density as ours: sink blocks + top ceil(keep * video blocks) video blocks per video query block.
+    qs = q.transpose(1, 2)
+    ti = bsa.select_tiles(qs, k.transpose(1, 2), n_sink_blk * 64, S, keep) + n_sink_blk
+    kk = ti.shape[-1]
+    full_num = torch.full((1, H, QB), n_sink_blk + kk, dtype=torch.int32, device="cuda")
+    full_num[:, :, :n_sink_blk] = QB
+    full_idx = torch.zeros(1, H, QB, QB, dtype=torch.int32, device="cuda")
+    full_idx[:, :, :n_sink_blk] = torch.arange(QB, dtype=torch.int32, device="cuda")
+    full_idx[:, :, n_sink_blk:, :n_sink_blk] = torch.arange(n_sink_blk, dtype=torch.int32, device="cuda")
+    full_idx[:, :, n_sink_blk:, n_sink_blk:n_sink_blk + kk] = ti.int()
+    zeros_num = torch.zeros(1, H, QB, dtype=torch.int32, device="cuda")
+    bm = BlockMask.from_kv_blocks(zeros_num, torch.zeros_like(full_idx), full_num, full_idx, BLOCK_SIZE=64,
+                                  seq_lengths=(S, S))
+    flex = torch.compile(flex_attention, dynamic=False)
+    r = {"density_blocks": (full_num.sum().item()) / (H * QB * QB)}
+    for name, opts in (("flex_64", {"BLOCK_M": 64, "BLOCK_N": 64}),):
+        try:
+            r[f"{name}_ms"] = timed(lambda: flex(q, k, v, block_mask=bm, kernel_options=opts))
+        except Exception as exc:
+            r[f"{name}_ms"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+    RESULTS.setdefault("flex", {})[S] = r
+    log(f"(d) flex S={S}: {r}")
+
+
+# ------------------------------------------------------------------------------------------------ whole block
+
+
+@guarded("block")
+def bench_block(S, keep=0.1):
+    from diffusers.models.transformers.transformer_minimax_h3 import (MiniMaxH3AttnProcessor,
+                                                                     MiniMaxH3TransformerBlock)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from engine.fused import FusedQKAttnProcessor, enable_fused_blocks, fused_qk_norm_rope
+    from kernels.block_sparse_attn import block_sparse_attention
+
+    video_start, idx = layout(S)
+
+    class SparseProc(MiniMaxH3AttnProcessor):
+        # Bench-local: fused QK norm+RoPE, then block-sparse attention with selection included every call.
+        def __call__(self, attn, hidden_states, rotary_emb=None, attention_mask=None):
+            q, k, v = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+            q, k, v = (t.unflatten(-1, (attn.heads, -1)) for t in (q, k, v))
+            q, k = fused_qk_norm_rope(attn, q, k, rotary_emb)
+            o = block_sparse_attention(q, k, v, video_start=video_start, valid_len=S, keep_ratio=keep)
+            return attn.to_out[0](o.flatten(2, 3))
+
+    with torch.device("cuda"):
+        blk = MiniMaxH3TransformerBlock(C, H, D, FFN, TEMB, 1e-5, 1e-5).bfloat16()
+    x = torch.randn(1, S, C, device="cuda").bfloat16()
+    temb = torch.randn(2, TEMB, device="cuda")
+    rope = rope_tables(S)
+    lin = 2 * S * (4 * C * H * D + 3 * C * FFN)
+    r = {"flops_dense": lin + attn_flops(S)}
+    with torch.no_grad(), sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+        blk.attn.set_processor(MiniMaxH3AttnProcessor())
+        r["stock_eager_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
+        enable_fused_blocks(blk)
+        blk.attn.set_processor(FusedQKAttnProcessor())
+        r["fused_dense_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
+        blk.attn.set_processor(SparseProc())
+        r["fused_sparse_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
+    r["stock_TFLOPs"] = r["flops_dense"] / (r["stock_eager_ms"] * 1e-3) / 1e12
+    RESULTS.setdefault("block", {})[S] = r
+    log(f"block S={S}: {r}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    ap.add_argument("--sizes", default="37760,104016")
+    ap.add_argument("--skip", default="", help="comma list: ops,dense,sparse,flex,block")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    import triton
+
+    RESULTS.update(date=datetime.date.today().isoformat(), device=torch.cuda.get_device_name(),
+                   torch=torch.__version__, triton=triton.__version__, command="python -m bench.kernels " + " ".join(
+                       sys.argv[1:] if argv is None else argv))
+    skip = set(filter(None, args.skip.split(",")))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    ceilings()
+    save(args.out)
+    for i, S in enumerate(sizes):
+        if "ops" not in skip:
+            bench_norm_modulate(S)
+            bench_qk_norm_rope(S)
+            bench_residual_gate(S)
+            save(args.out)
+        if "dense" not in skip:
+            bench_dense(S)
+        if "sparse" not in skip:
+            bench_sparse(S, sweep_configs=(i == 0))
+        save(args.out)
+        if i == 0 and "flex" not in skip:
+            bench_flex(S)
+            save(args.out)
+        if i == 0 and "block" not in skip:
+            bench_block(S)
+            save(args.out)
+        torch.cuda.empty_cache()
+    from kernels import block_sparse_attn, norm_modulate, qk_norm_rope, residual_gate
+
+    RESULTS["chosen_configs"] = {"norm_modulate": norm_modulate.CONFIG, "qk_norm_rope": qk_norm_rope.CONFIG,
+                                 "residual_gate": residual_gate.CONFIG, "block_sparse_attn": block_sparse_attn.CONFIG}
+    save(args.out)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()

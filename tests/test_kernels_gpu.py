@@ -1,0 +1,225 @@
+"""GPU correctness of the Triton kernels at H3's real shapes (skipped without CUDA).
+
+bf16 inputs drawn fresh for every check, outputs pre-filled with NaN poison (every element must be written), and
+references computed in fp64. Attention is checked against an fp64 softmax over exactly the allowed keys for sampled
+(head, query tile) pairs: sink tiles, the first / a middle / the last (partial) video tile.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+S5 = 37760  # 5 s request: 50 text + 414 audio + 37,296 video rows
+C, H, D = 5376, 56, 128
+VIDEO_START = 464
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def adaln_tables(rows=6):
+    # Six [rows, C] chunks of one [rows, 6C] bf16 tensor, as MiniMaxH3AdaLayerNormModulation returns them.
+    return (torch.randn(rows, 6 * C, device="cuda") * 0.5).bfloat16().chunk(6, dim=-1)
+
+
+def row_table_index(S, video_start=VIDEO_START, text=50):
+    # timestep index * 3 + modality tag: text (t_video, 1), audio (t_audio, 2), video (t_video, 0)
+    idx = torch.zeros(S, dtype=torch.long, device="cuda")
+    idx[:text] = 0 * 3 + 1
+    idx[text:video_start] = 1 * 3 + 2
+    return idx
+
+
+def poison_like(x):
+    return torch.full_like(x, float("nan"))
+
+
+def test_norm_modulate_real_shape():
+    from kernels.norm_modulate import _norm_modulate_triton, norm_modulate_reference
+
+    x = torch.randn(1, S5, C, device="cuda").bfloat16()
+    w = (1 + 0.3 * torch.randn(C, device="cuda")).bfloat16()
+    shift, scale = adaln_tables()[:2]
+    idx = row_table_index(S5)
+    y = _norm_modulate_triton(x, w, 1e-5, scale, shift, idx, out=poison_like(x))
+    ref = norm_modulate_reference(x.double(), w.double(), 1e-5, scale.double(), shift.double(), idx)
+    assert not torch.isnan(y).any()
+    assert rel(y, ref) < 1e-2
+
+
+def test_residual_gate_real_shape():
+    from kernels.residual_gate import residual_gate, residual_gate_
+
+    x, h = (torch.randn(1, S5, C, device="cuda").bfloat16() for _ in range(2))
+    gate = adaln_tables()[2]
+    idx = row_table_index(S5)
+    ref = x.double() + gate.double().index_select(0, idx) * h.double()
+    y = residual_gate(x, gate, idx, h, out=poison_like(x))
+    assert not torch.isnan(y).any() and rel(y, ref) < 1e-2
+    x2 = x.clone()
+    assert residual_gate_(x2, gate, idx, h) is x2 and rel(x2, ref) < 1e-2
+
+
+def test_qk_norm_rope_real_shape():
+    from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed
+
+    from kernels.qk_norm_rope import _qk_norm_rope_triton, qk_norm_rope_reference
+
+    qkv = torch.randn(1, S5, 3 * H * D, device="cuda").bfloat16()  # fused QKV: strided q and k views
+    q, k, _ = (t.unflatten(-1, (H, D)) for t in qkv.chunk(3, dim=-1))
+    wq, wk = ((1 + 0.3 * torch.randn(D, device="cuda")).bfloat16() for _ in range(2))
+    pos = torch.stack([torch.arange(S5) % 97, torch.arange(S5) % 24, torch.arange(S5) % 42], -1).float().cuda()
+    cos, sin = MiniMaxH3RotaryPosEmbed(16).cuda()(pos)
+    assert cos.shape == (S5, 96)
+    qo, ko = _qk_norm_rope_triton(q, k, wq, wk, 1e-5, cos, sin,
+                                  out=(poison_like(q.contiguous()), poison_like(k.contiguous())))
+    rq, rk = qk_norm_rope_reference(q.double(), k.double(), wq.double(), wk.double(), 1e-5, cos.double(),
+                                    sin.double())
+    assert not torch.isnan(qo).any() and not torch.isnan(ko).any()
+    assert rel(qo, rq) < 1e-2 and rel(ko, rk) < 1e-2
+
+
+def _qkv(S, valid_len):
+    q, k, v = (torch.randn(1, S, H, D, device="cuda").bfloat16() for _ in range(3))
+    for t in (q, k, v):
+        t[:, valid_len:] = float("nan")  # padding garbage must never leak
+    return q, k, v
+
+
+def _ref_rows(q, k, v, h, rows, keys):
+    s = (q[0, rows, h].double() @ k[0, keys, h].double().T) / math.sqrt(D)
+    return torch.softmax(s, -1) @ v[0, keys, h].double()
+
+
+def _check_samples(q, k, v, out, ti, video_start, valid_len, tile=64):
+    n_sink_qt = -(-video_start // tile)
+    n_vid = -(-(valid_len - video_start) // tile)
+    heads = [0, H - 1, int(torch.randint(1, H - 1, ()))]
+    errs = []
+    for h in heads:
+        for qt in [0, n_sink_qt - 1]:  # dense sink / text query tiles
+            rows = torch.arange(qt * tile, min((qt + 1) * tile, video_start), device="cuda")
+            keys = torch.arange(valid_len, device="cuda")
+            errs.append(rel(out[0, rows, h], _ref_rows(q, k, v, h, rows, keys)))
+        for vt in [0, int(torch.randint(1, n_vid - 1, ())), n_vid - 1]:
+            lo = video_start + vt * tile
+            rows = torch.arange(lo, min(lo + tile, valid_len), device="cuda")
+            keys = [torch.arange(video_start, device="cuda")]
+            for t in ti[0, h, vt].tolist():
+                keys.append(torch.arange(video_start + t * tile, min(video_start + (t + 1) * tile, valid_len),
+                                         device="cuda"))
+            errs.append(rel(out[0, rows, h], _ref_rows(q, k, v, h, rows, torch.cat(keys))))
+    return max(errs)
+
+
+@pytest.mark.parametrize("S,valid_len,keep", [(S5, S5, 0.1), (37888, 37700, 0.1), (S5, S5, 0.25)])
+def test_block_sparse_attention_real_shape(S, valid_len, keep):
+    from kernels import block_sparse_attn as bsa
+
+    q, k, v = _qkv(S, valid_len)
+    ti = bsa.select_tiles(q, k, VIDEO_START, valid_len, keep)
+    n = bsa.num_video_tiles(VIDEO_START, valid_len)
+    assert ti.shape == (1, H, n, bsa.num_keep_tiles(n, keep))
+    out = poison_like(q)
+    bsa._launch_attention(q, k, v, out, VIDEO_START, valid_len, 64, ti)
+    assert not torch.isnan(out).any(), "unwritten or NaN output"
+    assert (out[:, valid_len:] == 0).all(), "padded query rows must be exactly 0"
+    assert _check_samples(q, k, v, out, ti, VIDEO_START, valid_len) < 2e-2
+
+
+def test_keep_ratio_one_is_dense_real_shape():
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels import block_sparse_attn as bsa
+
+    q, k, v = _qkv(S5, S5)
+    out = bsa.block_sparse_attention(q, k, v, video_start=VIDEO_START, valid_len=S5, keep_ratio=1.0)
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+        dense = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    dense = dense.transpose(1, 2)
+    assert rel(out, dense) < 1e-2  # two bf16 kernels: both within bf16 rounding of the same function
+    ti = bsa.select_tiles(q, k, VIDEO_START, S5, 1.0)
+    assert _check_samples(q, k, v, out, ti, VIDEO_START, S5) < 2e-2
+
+
+def test_selection_real_shape():
+    from kernels import block_sparse_attn as bsa
+
+    q, k, _ = _qkv(S5, S5)
+    ti = bsa.select_tiles(q, k, VIDEO_START, S5, 0.1)
+    qm = bsa._tile_means_reference(q.double(), VIDEO_START, S5, 64).double()
+    km = bsa._tile_means_reference(k.double(), VIDEO_START, S5, 64).double()
+    scores = qm @ km.transpose(-1, -2) / math.sqrt(D)
+    kth = scores.topk(ti.shape[-1], dim=-1).values[..., -1:]
+    chosen = scores.gather(-1, ti)
+    # every chosen tile is a top-k tile up to fp32 pooling noise (ties may swap)
+    assert (chosen >= kth - 1e-4).all()
+
+
+def test_no_recompile_across_prompt_lengths():
+    from kernels import block_sparse_attn as bsa
+
+    bucket = 37824
+    lengths = [(37760, 464), (37700, 450), (37300, 300)]
+    counts = []
+    for valid_len, vs in lengths:
+        q, k, v = _qkv(bucket, valid_len)
+        bsa.block_sparse_attention(q, k, v, video_start=vs, valid_len=valid_len, keep_ratio=0.1)
+        torch.cuda.synchronize()
+        counts.append(bsa.kernel_compile_count())
+    assert counts[0] == counts[1] == counts[2], counts
+
+
+def test_strict_mode_raises_on_kernel_failure(monkeypatch):
+    from kernels import block_sparse_attn as bsa
+
+    q = torch.randn(1, 256, 2, 32, device="cuda").bfloat16()
+
+    def boom(*a, **kw):
+        raise RuntimeError("simulated PTX compile failure")
+
+    monkeypatch.setattr(bsa, "_launch_attention", boom)
+    with pytest.raises(bsa.KernelUnavailable, match="refuses to fall back"):
+        bsa.block_sparse_attention(q, q, q, video_start=20, valid_len=256, keep_ratio=0.1)
+
+
+def test_fused_block_real_width():
+    """One full-width H3 block in bf16, fused vs stock, both against an fp32 copy of the stock block."""
+    from diffusers.models.transformers.transformer_minimax_h3 import (MiniMaxH3RotaryPosEmbed,
+                                                                     MiniMaxH3TransformerBlock)
+
+    from engine.fused import FusedQKAttnProcessor, disable_fused_blocks, enable_fused_blocks
+
+    S = 4096
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        ref_blk = MiniMaxH3TransformerBlock(C, H, D, 14336, 2688, 1e-5, 1e-5)
+        for p in ref_blk.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+        for n in (ref_blk.norm1, ref_blk.norm2, ref_blk.attn.norm_q, ref_blk.attn.norm_k):
+            torch.nn.init.normal_(n.weight, mean=1.0, std=0.1)
+        blk = MiniMaxH3TransformerBlock(C, H, D, 14336, 2688, 1e-5, 1e-5).bfloat16()
+        blk.load_state_dict(ref_blk.state_dict())
+        x = torch.randn(1, S, C)
+        temb = torch.randn(2, 2688)
+        idx = row_table_index(S, video_start=464)
+        pos = torch.stack([torch.arange(S) % 37, torch.arange(S) % 24, torch.arange(S) % 42], -1).float()
+        rope = MiniMaxH3RotaryPosEmbed(16)(pos)
+    with torch.no_grad():
+        ref = ref_blk(x, temb, idx, rope)
+        stock = blk(x.bfloat16(), temb, idx, rope)
+        enable_fused_blocks(blk)
+        blk.attn.set_processor(FusedQKAttnProcessor())
+        fused = blk(x.bfloat16(), temb, idx, rope)
+        disable_fused_blocks(blk)
+    e_stock, e_fused = rel(stock, ref), rel(fused, ref)
+    assert not torch.isnan(fused).any()
+    assert e_fused < 2e-2 and e_fused <= 1.5 * e_stock + 1e-3, (e_fused, e_stock)
