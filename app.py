@@ -1,0 +1,103 @@
+"""H3 Review Studio server: one FastAPI app with the REST API and the Gradio UI at "/".
+
+    python app.py [--host H] [--port P] [--model PATH] [--data-dir DIR] [--auth FILE]
+                  [--pod-rate USD_PER_HOUR] [--tiers-file FILE] [--queue-size N]
+
+flags → store → service → REST routes + Gradio UI → serve; the engine loads in a background thread, so
+/health answers 503 {"status": "loading"} at once and 200 once the model is ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the studio runs offline
+
+from fastapi import FastAPI  # noqa: E402
+
+from studio.api import create_app  # noqa: E402
+from studio.auth import Accounts, AuthFileError, load_accounts  # noqa: E402
+from studio.service import DEFAULT_POD_RATE, StudioService  # noqa: E402
+
+log = logging.getLogger("h3studio")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="H3 Review Studio: generate, compare, review and export clips.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--model", default=None, help="checkpoint folder (default: the embedded h3-nano)")
+    parser.add_argument("--data-dir", default="./data", help="database, clips, overlays and exports")
+    parser.add_argument("--auth", default=None, help="JSON or user:password lines; protects REST and UI")
+    parser.add_argument("--pod-rate", type=float, default=DEFAULT_POD_RATE, help="USD per hour, for $ per clip")
+    parser.add_argument("--tiers-file", default=None, help="TOML with extra [[tier]] tables")
+    parser.add_argument("--queue-size", type=int, default=8, help="jobs that may wait behind the running one")
+    parser.add_argument("--no-ui", action="store_true", help="serve REST only (no Gradio)")
+    args = parser.parse_args(argv)
+    if args.queue_size < 1:
+        parser.error("--queue-size must be >= 1")
+    if args.pod_rate < 0:
+        parser.error("--pod-rate must be >= 0")
+    return args
+
+
+def engine_loader(model: str | None, tiers_file: str | None):
+    """A callable that loads the engine (run on the service's loader thread)."""
+
+    def load():
+        from engine.engine import Engine  # imported here: diffusers/transformers take seconds to import
+
+        return Engine.load(model_path=model, tiers_file=tiers_file)
+
+    return load
+
+
+def build_ui(service: StudioService):
+    """studio.ui.build_ui(service) when the UI module exists; a placeholder page until then."""
+    import gradio as gr
+
+    try:
+        from studio.ui import build_ui as build_studio_ui
+    except ImportError as error:
+        if getattr(error, "name", None) not in ("studio.ui", None):
+            raise  # studio.ui exists but is broken: say so rather than hide it behind the placeholder
+        with gr.Blocks(title="H3 Review Studio") as placeholder:
+            gr.Markdown("# H3 Review Studio\nThe review UI is being built. The REST API is live: see "
+                        "[/docs](/docs) and [/health](/health).")
+        return placeholder
+    return build_studio_ui(service)
+
+
+def build_app(args: argparse.Namespace) -> FastAPI:
+    """Everything the server runs, wired in the data-path order."""
+    accounts: Accounts | None = load_accounts(args.auth) if args.auth else None
+    service = StudioService.open(Path(args.data_dir), pod_rate_usd_per_hour=args.pod_rate, queue_size=args.queue_size)
+    app = create_app(service, accounts=accounts, loader=engine_loader(args.model, args.tiers_file))
+    if not args.no_ui:
+        import gradio as gr
+
+        app = gr.mount_gradio_app(app, build_ui(service), path="/",
+                                  auth=accounts.gradio_auth() if accounts else None)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        app = build_app(args)
+    except AuthFileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

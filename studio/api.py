@@ -1,0 +1,420 @@
+"""REST: an SGLang-compatible /v1/videos plus the studio's pairs, verdicts, configurations, tiers and exports.
+
+Every route is a thin translation between HTTP and :class:`studio.service.StudioService`; the service holds the
+rules. Errors come back as ``{"error": {"message", "field", "type"}}``:
+
+    RequestError / StoreError / pydantic validation → 400     NotFound → 404     Conflict → 409
+    QueueFull → 429     engine still loading → 503     bad or missing credentials → 401
+
+Handlers are plain ``def`` functions (FastAPI runs them in its thread pool) and read only the store and the
+queue's in-memory progress, so status polls stay fast while the engine works on a clip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from db.errors import ClipIntegrityError, Conflict, NotFound, StoreError
+from engine.errors import RequestError
+from engine.request import REFUSED_FIELDS
+from studio.auth import Accounts
+from studio.jobs import QueueFull
+from studio.service import PairView, ServiceUnavailable, StudioService, VideoView
+
+log = logging.getLogger(__name__)
+
+MIN_SGLANG_STEPS, MAX_SGLANG_STEPS = 2, 101  # N sigma points = N - 1 forwards; the engine runs 1..100 forwards
+MAX_PAGE = 100
+SGLANG_TASKS_SERVED = ("t2va",)
+# SGLang H3 fields this server understands but cannot honour: refusing beats silently ignoring them.
+SGLANG_UNSUPPORTED = {
+    "flow_shift": "the flow shift is fixed by the model's scheduler config on this server",
+    "audio_flow_shift": "the audio flow shift is fixed by the model's audio scheduler config on this server",
+    "conditions": "conditioning frames need the fl2va/ref2va tasks, which this server does not serve",
+}
+SGLANG_FIELDS = ("prompt", "task", "target", "seed", "num_inference_steps", "tier", "force", "model")
+TARGET_FIELDS = ("short_edge", "aspect_ratio", "duration_seconds")
+# Engine field → the SGLang body field that fed it, so errors name what the client sent.
+SGLANG_RENAMES = {"steps": "num_inference_steps", "duration_seconds": "target.duration_seconds",
+                  "aspect_ratio": "target.aspect_ratio", "short_edge": "target.short_edge"}
+
+
+# ------------------------------------------------------------------------------------------------ bodies
+
+
+class Target(BaseModel):
+    """The clip's canvas and length."""
+
+    model_config = ConfigDict(extra="allow")
+    short_edge: int | None = Field(None, examples=[768])
+    aspect_ratio: str | None = Field(None, examples=["16:9"])
+    duration_seconds: float | None = Field(None, examples=[5])
+
+
+class VideoCreate(BaseModel):
+    """SGLang 0.5.23 /v1/videos body for H3 (t2va), plus this studio's optional ``tier`` and ``force``."""
+
+    model_config = ConfigDict(extra="allow")
+    prompt: str
+    task: str = "t2va"
+    target: Target | None = None
+    seed: int | None = None
+    num_inference_steps: int | None = Field(None, description="N sigma points = N - 1 transformer forwards (2..101)")
+    tier: str | None = Field(None, description="acceleration tier (GET /v1/tiers); default baseline")
+    force: bool | None = Field(None, description="generate a tier refused for ghosting risk anyway")
+    model: str | None = Field(None, description="accepted for OpenAI-client compatibility; one model is served")
+
+
+class PairCreate(BaseModel):
+    """A same-seed baseline/candidate pair."""
+
+    model_config = ConfigDict(extra="allow")
+    prompt: str
+    seed: int | None = None
+    tier: str
+    target: Target | None = None
+    force: bool | None = None
+    steps: int | None = Field(None, description="candidate denoising steps (transformer forwards)")
+    baseline_steps: int | None = Field(None, description="baseline denoising steps (transformer forwards)")
+
+
+class VerdictCreate(BaseModel):
+    """A reviewer's decision. With --auth the reviewer is the signed-in user."""
+
+    model_config = ConfigDict(extra="forbid")
+    reviewer: str | None = None
+    decision: str = Field(examples=["accept", "reject"])
+    reasons: list[str] = Field(default_factory=list)
+    notes: str = ""
+
+
+class ExportCreate(BaseModel):
+    """Pairs to export; empty means every approved pair."""
+
+    model_config = ConfigDict(extra="forbid")
+    pair_ids: list[str] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ errors
+
+
+class Unauthorized(Exception):
+    """Missing or wrong HTTP Basic credentials."""
+
+
+class Forbidden(Exception):
+    """An authenticated user asked for something only another user may do."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+def _error(status: int, message: str, field: str | None, kind: str, headers: dict | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "field": field, "type": kind, "param": field}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map the service's errors to 4xx/5xx JSON naming the field."""
+
+    @app.exception_handler(RequestError)
+    async def request_error(_: Request, error: RequestError) -> JSONResponse:
+        return _error(400, error.message, error.field, "invalid_request_error")
+
+    @app.exception_handler(StoreError)
+    async def store_error(_: Request, error: StoreError) -> JSONResponse:
+        if isinstance(error, NotFound):
+            return _error(404, error.message, error.field, "not_found")
+        if isinstance(error, Conflict):
+            return _error(409, error.message, error.field, "conflict")
+        return _error(400, error.message, error.field, "invalid_request_error")
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
+        field = _field_from_loc(first.get("loc", ()))
+        return _error(400, f"{first.get('msg', 'invalid value')}", field, "invalid_request_error")
+
+    @app.exception_handler(QueueFull)
+    async def queue_full(_: Request, error: QueueFull) -> JSONResponse:
+        return _error(429, str(error), None, "queue_full", {"Retry-After": "10"})
+
+    @app.exception_handler(ServiceUnavailable)
+    async def unavailable(_: Request, error: ServiceUnavailable) -> JSONResponse:
+        return _error(503, str(error), None, "unavailable", {"Retry-After": "5"})
+
+    @app.exception_handler(Unauthorized)
+    async def unauthorized(_: Request, __: Unauthorized) -> JSONResponse:
+        return _error(401, "sign in with HTTP Basic credentials from the --auth file", "authorization",
+                      "unauthorized", {"WWW-Authenticate": 'Basic realm="H3 Review Studio"'})
+
+    @app.exception_handler(Forbidden)
+    async def forbidden(_: Request, error: Forbidden) -> JSONResponse:
+        return _error(403, error.message, error.field, "forbidden")
+
+    @app.exception_handler(ClipIntegrityError)
+    async def integrity(_: Request, error: ClipIntegrityError) -> JSONResponse:
+        log.error("clip integrity: %s", error)
+        return _error(500, str(error), None, "clip_integrity_error")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+        return _error(error.status_code, str(error.detail), None, "http_error", getattr(error, "headers", None))
+
+
+def _field_from_loc(loc: tuple | list) -> str:
+    """("body", "target", "short_edge") → "target.short_edge"; ("query", "limit") → "limit"."""
+    parts = [str(part) for part in loc if part not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+# ------------------------------------------------------------------------------------- SGLang mapping
+
+
+def sglang_to_payload(body: dict[str, Any]) -> dict[str, Any]:
+    """An SGLang /v1/videos body → an engine payload; RequestError naming the SGLang field on refusal."""
+    for name, reason in REFUSED_FIELDS.items():
+        if name in body:
+            raise RequestError(name, f"is not accepted: {reason}")
+    target = body.get("target") or {}
+    for name, reason in REFUSED_FIELDS.items():
+        if name in target:
+            raise RequestError(f"target.{name}", f"is not accepted: {reason}")
+    task = body.get("task", "t2va")
+    if task not in SGLANG_TASKS_SERVED:
+        raise RequestError("task", f"only {', '.join(SGLANG_TASKS_SERVED)} is served here, got {task!r} "
+                                   "(fl2va and ref2va need conditioning frames)")
+    for name, reason in SGLANG_UNSUPPORTED.items():
+        if body.get(name) is not None:
+            raise RequestError(name, f"is not supported: {reason}")
+    unknown = sorted(set(body) - set(SGLANG_FIELDS) - set(SGLANG_UNSUPPORTED))
+    if unknown:
+        raise RequestError(unknown[0], f"unknown field; allowed fields are {', '.join(SGLANG_FIELDS)}")
+    unknown = sorted(set(target) - set(TARGET_FIELDS))
+    if unknown:
+        raise RequestError(f"target.{unknown[0]}", f"unknown field; allowed: {', '.join(TARGET_FIELDS)}")
+    payload: dict[str, Any] = {"prompt": body["prompt"]}
+    payload.update({key: value for key, value in target.items() if value is not None})
+    for key in ("seed", "tier", "force"):
+        if body.get(key) is not None:
+            payload[key] = body[key]
+    steps = body.get("num_inference_steps")
+    if steps is not None:
+        if not MIN_SGLANG_STEPS <= steps <= MAX_SGLANG_STEPS:
+            raise RequestError("num_inference_steps",
+                               f"must be in {MIN_SGLANG_STEPS}..{MAX_SGLANG_STEPS} (N sigma points = N - 1 "
+                               f"transformer forwards), got {steps}")
+        payload["steps"] = steps - 1
+    return payload
+
+
+def _renaming(work: Callable[[], Any], renames: dict[str, str]) -> Any:
+    try:
+        return work()
+    except RequestError as error:
+        if error.field in renames:
+            raise RequestError(renames[error.field], error.message) from None
+        raise
+
+
+def _unix(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp())
+
+
+def video_object(view: VideoView) -> dict[str, Any]:
+    """A job in SGLang's /v1/videos response shape (plus the studio's tier, prompt and queue position)."""
+    size = f"{view.width}x{view.height}" if view.width and view.height else None
+    return {
+        "id": view.id,
+        "object": "video",
+        "model": view.model,
+        "status": view.status,
+        "progress": view.progress,
+        "created_at": _unix(view.created_at),
+        "completed_at": _unix(view.completed_at),
+        "size": size,
+        "seconds": None if view.seconds is None else f"{view.seconds:.6f}",
+        "error": {"message": view.error} if view.error else None,
+        "inference_time_s": view.inference_time_s,
+        "peak_memory_mb": view.peak_memory_mb,
+        "tier": view.tier,
+        "prompt": view.prompt,
+        "seed": view.seed,
+        "queue_position": view.queue_position,
+    }
+
+
+def pair_object(view: PairView) -> dict[str, Any]:
+    """A pair as JSON, with content URLs for both clips."""
+    data = {"object": "pair", **view.as_dict()}
+    for role in ("baseline", "candidate"):
+        video_id = data[f"{role}_video_id"]
+        data[f"{role}_content_url"] = f"/v1/videos/{video_id}/content" if video_id else None
+    return data
+
+
+# ------------------------------------------------------------------------------------------------- routes
+
+
+def _current_user(accounts: Accounts | None) -> Callable[..., str | None]:
+    """A dependency returning the signed-in user (None when auth is off), or raising Unauthorized."""
+    security = HTTPBasic(auto_error=False)
+
+    def current_user(credentials: HTTPBasicCredentials | None = Depends(security)) -> str | None:
+        if accounts is None:
+            return None
+        if credentials is None or not accounts.check(credentials.username, credentials.password):
+            raise Unauthorized()
+        return credentials.username
+
+    return current_user
+
+
+def create_router(service: StudioService, accounts: Accounts | None = None) -> APIRouter:
+    """The /v1 routes over ``service``; every route requires a signed-in user when ``accounts`` is given."""
+    current_user = _current_user(accounts)
+    router = APIRouter(prefix="/v1", dependencies=[Depends(current_user)])
+
+    # ------------------------------------------------------------------------------ videos (SGLang)
+
+    @router.post("/videos", tags=["videos"], summary="Queue a clip (SGLang-compatible); returns at once")
+    def create_video(body: VideoCreate) -> dict[str, Any]:
+        payload = sglang_to_payload(body.model_dump(exclude_unset=True))
+        record = _renaming(lambda: service.submit_video(payload, source="api"), SGLANG_RENAMES)
+        return video_object(service.get_video(record.id))
+
+    @router.get("/videos", tags=["videos"], summary="List jobs")
+    def list_videos(after: str | None = None, limit: int = 20, order: str = "desc") -> dict[str, Any]:
+        if not 1 <= limit <= MAX_PAGE:
+            raise RequestError("limit", f"must be in 1..{MAX_PAGE}, got {limit}")
+        views = service.list_videos(after=after, limit=limit + 1, order=order)
+        data = [video_object(v) for v in views[:limit]]
+        return {"object": "list", "data": data, "has_more": len(views) > limit,
+                "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None}
+
+    @router.get("/videos/{video_id}", tags=["videos"], summary="A job's status and progress")
+    def get_video(video_id: str) -> dict[str, Any]:
+        return video_object(service.get_video(video_id))
+
+    @router.delete("/videos/{video_id}", tags=["videos"],
+                   summary="Cancel a queued or running job; delete a finished one")
+    def delete_video(video_id: str) -> dict[str, Any]:
+        view = service.get_video(video_id)
+        if view.status in ("queued", "in_progress"):
+            cancelled = service.cancel_video(video_id)
+            return {**video_object(cancelled), "deleted": False, "cancelled": True}
+        record = service.delete_video(video_id)
+        return {"id": record.id, "object": "video.deleted", "deleted": True}
+
+    @router.get("/videos/{video_id}/content", tags=["videos"], summary="The MP4 (404 until completed)",
+                response_class=FileResponse)
+    def video_content(video_id: str) -> FileResponse:
+        try:
+            path = service.video_content(video_id)
+        except Conflict as error:  # SGLang answers 404 until the job is completed
+            raise NotFound("video_id", error.message) from None
+        return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+
+    # ------------------------------------------------------------------------------------- pairs
+
+    @router.post("/pairs", tags=["pairs"], summary="Queue a same-seed baseline/candidate pair")
+    def create_pair(body: PairCreate) -> dict[str, Any]:
+        payload = body.model_dump(exclude_unset=True)
+        if isinstance(payload.get("target"), dict):
+            payload["target"] = {k: v for k, v in payload["target"].items() if v is not None}
+        record = service.submit_pair(payload)
+        return pair_object(service.get_pair(record.id))
+
+    @router.get("/pairs", tags=["pairs"], summary="List pairs")
+    def list_pairs(status: str | None = None, configuration_key: str | None = None) -> dict[str, Any]:
+        return {"object": "list", "data": [pair_object(p) for p in service.list_pairs(status, configuration_key)]}
+
+    @router.get("/pairs/{pair_id}", tags=["pairs"], summary="Status, both clips, timings, speed-ups, metrics")
+    def get_pair(pair_id: str) -> dict[str, Any]:
+        return pair_object(service.get_pair(pair_id))
+
+    @router.delete("/pairs/{pair_id}", tags=["pairs"], summary="Cancel an unfinished pair")
+    def cancel_pair(pair_id: str) -> dict[str, Any]:
+        return pair_object(service.cancel_pair(pair_id))
+
+    @router.post("/pairs/{pair_id}/metrics", tags=["pairs"], summary="Recompute a completed pair's metrics")
+    def refresh_metrics(pair_id: str) -> dict[str, Any]:
+        return pair_object(service.refresh_metrics(pair_id))
+
+    @router.post("/pairs/{pair_id}/verdicts", tags=["review"], summary="Accept or reject a completed pair")
+    def add_verdict(pair_id: str, body: VerdictCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        reviewer = body.reviewer
+        if user is not None:
+            if reviewer not in (None, "", user):
+                raise Forbidden("reviewer", f"signed in as {user!r}; verdicts are recorded under your own name")
+            reviewer = user
+        if reviewer is None:
+            raise RequestError("reviewer", "is required")
+        verdict = service.add_verdict(pair_id, reviewer, body.decision, body.reasons, body.notes)
+        return {"object": "verdict", **verdict.as_dict()}
+
+    # --------------------------------------------------------------------- review, tiers, export
+
+    @router.get("/configurations", tags=["review"], summary="Configurations with tallies and approved flag")
+    def list_configurations() -> dict[str, Any]:
+        return {"object": "list", "data": service.list_configurations(),
+                "approval_rule": service.approval_rule.as_dict()}
+
+    @router.get("/configurations/{key}", tags=["review"], summary="A configuration with its verdict history")
+    def get_configuration(key: str) -> dict[str, Any]:
+        return service.configuration(key)
+
+    @router.get("/tiers", tags=["tiers"], summary="Tiers and their availability for a clip duration")
+    def list_tiers(duration: float | None = None) -> dict[str, Any]:
+        return {"object": "list", "data": service.tiers(duration)}
+
+    @router.get("/queue", tags=["videos"], summary="The running job and the waiting ones")
+    def queue() -> dict[str, Any]:
+        return service.queue_status()
+
+    @router.post("/exports", tags=["export"], summary="Zip approved pairs (all when pair_ids is empty)",
+                 response_class=FileResponse)
+    def create_export(body: ExportCreate | None = Body(None)) -> FileResponse:
+        path = service.export(body.pair_ids if body else None)
+        return FileResponse(path, media_type="application/zip", filename=path.name)
+
+    return router
+
+
+def create_app(service: StudioService, accounts: Accounts | None = None,
+               loader: Callable[[], Any] | None = None, close_on_shutdown: bool = True) -> FastAPI:
+    """The REST app: /health and the /v1 routes. ``loader`` (returns an Engine) runs in a background thread at
+    startup unless the service already has an engine; the service is closed at shutdown."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        if loader is not None and not service.ready:
+            service.start_loading(loader)
+        yield
+        if close_on_shutdown:
+            await run_in_threadpool(service.close)
+
+    app = FastAPI(title="H3 Review Studio", version="1", lifespan=lifespan,
+                  description="SGLang-compatible /v1/videos plus same-seed pairs, review, approval and export.")
+    install_error_handlers(app)
+
+    @app.get("/health", tags=["health"], summary="200 once the engine is loaded, 503 while it loads")
+    def health() -> JSONResponse:
+        status = service.health()
+        return JSONResponse(status, status_code=200 if status["status"] == "ok" else 503)
+
+    app.include_router(create_router(service, accounts))
+    return app

@@ -1,0 +1,93 @@
+"""Reviewer accounts from an --auth file: HTTP Basic for REST, the same accounts for Gradio's login.
+
+The file is either JSON — {"alice": "secret", ...} or [{"username": "alice", "password": "secret"}, ...] — or
+plain text with one ``user:password`` per line (blank lines and lines starting with # are skipped). The user
+name is the reviewer identity recorded with verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class AuthFileError(ValueError):
+    """The auth file is missing or malformed; the message names the file and the line or entry."""
+
+
+@dataclass(frozen=True)
+class Accounts:
+    """user name → password. Comparisons run in constant time."""
+
+    passwords: dict[str, str]
+
+    def check(self, username: str | None, password: str | None) -> bool:
+        """True when the user exists and the password matches."""
+        if not username or password is None:
+            return False
+        expected = self.passwords.get(username)
+        # Compare against something even for unknown users, so timing does not reveal which names exist.
+        ok = secrets.compare_digest((expected or "\0").encode(), password.encode())
+        return expected is not None and ok
+
+    def gradio_auth(self) -> Callable[[str, str], bool]:
+        """The callable Gradio's ``auth=`` accepts."""
+        return self.check
+
+
+def load_accounts(path: str | Path) -> Accounts:
+    """Read an auth file (JSON or ``user:password`` lines); AuthFileError says what is wrong where."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise AuthFileError(f"cannot read auth file {path}: {error}") from None
+    stripped = text.lstrip()
+    accounts = _from_json(path, stripped) if stripped[:1] in ("{", "[") else _from_lines(path, text)
+    if not accounts:
+        raise AuthFileError(f"auth file {path} defines no accounts")
+    return Accounts(accounts)
+
+
+def _from_json(path: Path, text: str) -> dict[str, str]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise AuthFileError(f"auth file {path} is not valid JSON: {error}") from None
+    if isinstance(data, dict):
+        entries = list(data.items())
+    else:
+        entries = []
+        for index, item in enumerate(data):
+            if not isinstance(item, dict) or "username" not in item or "password" not in item:
+                raise AuthFileError(f"auth file {path}: entry {index} needs \"username\" and \"password\"")
+            entries.append((item["username"], item["password"]))
+    return {_name(path, user): _password(path, user, password) for user, password in entries}
+
+
+def _from_lines(path: Path, text: str) -> dict[str, str]:
+    accounts = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep:
+            raise AuthFileError(f"auth file {path}, line {number}: expected user:password")
+        accounts[_name(path, user.strip())] = _password(path, user, password)
+    return accounts
+
+
+def _name(path: Path, user: object) -> str:
+    if not isinstance(user, str) or not user.strip() or ":" in user:
+        raise AuthFileError(f"auth file {path}: user names must be non-empty strings without ':', got {user!r}")
+    return user.strip()
+
+
+def _password(path: Path, user: object, password: object) -> str:
+    if not isinstance(password, str) or not password:
+        raise AuthFileError(f"auth file {path}: user {user!r} needs a non-empty password")
+    return password

@@ -1,0 +1,294 @@
+"""The job queue: one engine job at a time, a bounded backlog, live progress, cancellation.
+
+One worker thread takes jobs in submission order and runs ``engine.generate`` on each, so the engine never sees
+two requests at once and an HTTP or UI thread never waits on the engine. Every status change is persisted in
+the Store (queued → in_progress → completed | failed, with the error message); live progress is also kept in
+memory so status polls answer from a dict lookup and a database read, never from the engine.
+
+    submit  ─► backlog (≤ max_queued) ─► worker: in_progress → generate(on_step, cancel) → put_clip → completed
+                                                    └─ any exception ──────────────────────────────► failed
+
+A job that raises only fails itself: the worker records the error and takes the next job (the engine removes
+its per-request hooks on the way out, so the model is unchanged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from db import ClipRecord, Store
+from db.errors import Conflict, NotFound
+from engine.errors import GenerationCancelled
+
+log = logging.getLogger(__name__)
+
+CANCELLED_MESSAGE = "cancelled by request"
+PROGRESS_WRITE_INTERVAL_S = 0.5  # persist progress at most twice a second; polls read the in-memory value
+DENOISE_PROGRESS_CAP = 99  # decoding and muxing follow the last step: 100 means "the clip is stored"
+
+
+class QueueFull(RuntimeError):
+    """The backlog is at its limit; the caller should retry later (REST answers 429)."""
+
+
+class EngineLike(Protocol):
+    """What the queue needs from the engine (the real :class:`engine.engine.Engine`, or a test double)."""
+
+    def generate(self, payload: Any, on_step: Callable | None = None, cancel: Callable[[], bool] | None = None): ...
+
+
+@dataclass
+class Job:
+    """One engine request and its live state. ``request`` is a validated ``GenerationRequest``."""
+
+    video_id: str
+    request: Any
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    state: str = "queued"  # queued | in_progress | completed | failed
+    progress: int = 0
+    last_write: float = 0.0
+
+    def cancelled(self) -> bool:
+        """The engine's cancel callback: checked before every denoising step."""
+        return self.cancel_event.is_set()
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended, handed to the queue's ``on_finish`` listener."""
+
+    video_id: str
+    status: str  # completed | failed
+    clip: ClipRecord | None = None
+    error: str | None = None
+    cancelled: bool = False
+
+
+Listener = Callable[[str], None]
+FinishListener = Callable[[JobOutcome], None]
+
+
+class Reservation:
+    """Queue slots held while the caller creates the records its jobs refer to (see :meth:`JobQueue.reserve`)."""
+
+    def __init__(self, queue: JobQueue, slots: int):
+        self._queue, self._slots = queue, slots
+
+    def enqueue(self, job: Job) -> Job:
+        """Put one job into a reserved slot."""
+        if self._slots <= 0:
+            raise RuntimeError("no reserved slot left")  # a programming error, not a user error
+        self._slots -= 1
+        self._queue._append(job, reserved=True)
+        return job
+
+    def _release(self) -> None:
+        self._queue._unreserve(self._slots)
+        self._slots = 0
+
+
+class JobQueue:
+    """A single-worker queue in front of one engine.
+
+    ``max_queued`` bounds the jobs waiting (the running one is not counted). ``on_start(video_id)`` and
+    ``on_finish(outcome)`` are called on the worker thread after the store was updated; their exceptions are
+    logged and never stop the worker.
+    """
+
+    def __init__(self, engine: EngineLike, store: Store, max_queued: int = 8,
+                 on_start: Listener | None = None, on_finish: FinishListener | None = None):
+        if max_queued < 1:
+            raise ValueError("max_queued must be >= 1")
+        self.engine, self.store, self.max_queued = engine, store, max_queued
+        self.on_start, self.on_finish = on_start, on_finish
+        self._pending: deque[Job] = deque()
+        self._jobs: dict[str, Job] = {}  # queued and running jobs by video id
+        self._reserved = 0
+        self._running: Job | None = None
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._worker = threading.Thread(target=self._work, name="engine-worker", daemon=True)
+        self._worker.start()
+
+    # ------------------------------------------------------------------------------------ submitting
+
+    @contextlib.contextmanager
+    def reserve(self, slots: int) -> Iterator[Reservation]:
+        """Hold ``slots`` backlog places, or raise QueueFull; unused slots are released on exit.
+
+        Why: a pair needs two jobs and its records must exist before its jobs run. Reserving first means a
+        full queue refuses the whole pair before anything is written, never half of it.
+        """
+        with self._cond:
+            if self._stopping:
+                raise QueueFull("the server is shutting down")
+            waiting = len(self._pending) + self._reserved
+            if waiting + slots > self.max_queued:
+                raise QueueFull(
+                    f"the job queue is full ({waiting} of {self.max_queued} places taken, {slots} needed); "
+                    "retry when a job has finished")
+            self._reserved += slots
+        reservation = Reservation(self, slots)
+        try:
+            yield reservation
+        finally:
+            reservation._release()
+
+    def submit(self, video_id: str, request: Any) -> Job:
+        """Queue one job for an existing (queued) video record; QueueFull if the backlog is full."""
+        with self.reserve(1) as reservation:
+            return reservation.enqueue(Job(video_id=video_id, request=request))
+
+    def _append(self, job: Job, reserved: bool) -> None:
+        with self._cond:
+            if reserved:
+                self._reserved -= 1
+            self._pending.append(job)
+            self._jobs[job.video_id] = job
+            self._cond.notify_all()
+
+    def _unreserve(self, slots: int) -> None:
+        with self._cond:
+            self._reserved -= slots
+
+    # ------------------------------------------------------------------------------------- observing
+
+    def progress(self, video_id: str) -> tuple[str, int] | None:
+        """(state, progress 0–100) of a queued or running job, or None if the queue no longer holds it."""
+        with self._cond:
+            job = self._jobs.get(video_id)
+            return None if job is None else (job.state, job.progress)
+
+    def position(self, video_id: str) -> int | None:
+        """0 while running, 1.. while waiting (1 = next), None if not held."""
+        with self._cond:
+            if self._running is not None and self._running.video_id == video_id:
+                return 0
+            for index, job in enumerate(self._pending, start=1):
+                if job.video_id == video_id:
+                    return index
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The running job, the waiting jobs in order and the limit (for the UI and /health)."""
+        with self._cond:
+            return {
+                "running": self._running.video_id if self._running else None,
+                "queued": [job.video_id for job in self._pending],
+                "max_queued": self.max_queued,
+            }
+
+    # ------------------------------------------------------------------------------------ cancelling
+
+    def cancel(self, video_id: str) -> str | None:
+        """Cancel a job: "queued" if it was waiting (now failed), "in_progress" if it is running (it stops
+        before its next denoising step and then fails), None if the queue does not hold it."""
+        with self._cond:
+            job = self._jobs.get(video_id)
+            if job is None:
+                return None
+            job.cancel_event.set()
+            if job is self._running:
+                return "in_progress"
+            self._pending.remove(job)
+            del self._jobs[video_id]
+            job.state = "failed"
+        # A waiting job never reaches the worker, so it is finished here.
+        self._finish(JobOutcome(video_id, "failed", error=CANCELLED_MESSAGE, cancelled=True))
+        return "queued"
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking jobs, cancel the running one and every waiting one, and join the worker."""
+        with self._cond:
+            self._stopping = True
+            waiting = list(self._pending)
+            if self._running is not None:
+                self._running.cancel_event.set()
+            self._cond.notify_all()
+        for job in waiting:
+            self.cancel(job.video_id)
+        self._worker.join(timeout)
+
+    # ---------------------------------------------------------------------------------------- worker
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                if self._stopping and not self._pending:
+                    return
+                job = self._pending.popleft()
+                self._running = job
+                job.state = "in_progress"
+            try:
+                outcome = self._run(job)
+            except Exception as error:  # noqa: BLE001 - the worker must survive anything a job does
+                log.exception("job %s crashed outside the engine", job.video_id)
+                outcome = JobOutcome(job.video_id, "failed", error=f"{type(error).__name__}: {error}")
+            with self._cond:
+                self._running = None
+                self._jobs.pop(job.video_id, None)
+                job.state = outcome.status
+            self._finish(outcome)
+
+    def _run(self, job: Job) -> JobOutcome:
+        """Run one job end to end; every engine failure becomes a failed outcome."""
+        if not self._mark_started(job):
+            return JobOutcome(job.video_id, "failed", error="the video record disappeared before it ran")
+        self._notify(self.on_start, job.video_id)
+        try:
+            clip = self.engine.generate(job.request, on_step=lambda event: self._on_step(job, event),
+                                        cancel=job.cancelled)
+        except GenerationCancelled:
+            return JobOutcome(job.video_id, "failed", error=CANCELLED_MESSAGE, cancelled=True)
+        except Exception as error:  # noqa: BLE001 - a failed job must not stop the engine serving
+            log.warning("job %s failed: %s: %s", job.video_id, type(error).__name__, error)
+            return JobOutcome(job.video_id, "failed", error=f"{type(error).__name__}: {error}")
+        record = self.store.put_clip(clip.mp4, clip.sidecar())
+        self.store.update_video(job.video_id, status="completed", clip_sha=record.sha256,
+                                inference_time_s=clip.inference_time_s, peak_memory_mb=clip.peak_memory_mb)
+        return JobOutcome(job.video_id, "completed", clip=record)
+
+    def _mark_started(self, job: Job) -> bool:
+        try:
+            self.store.update_video(job.video_id, status="in_progress", progress=0)
+            return True
+        except (NotFound, Conflict):
+            return False
+
+    def _on_step(self, job: Job, event: Any) -> None:
+        """Engine progress callback: update memory always, the store at most every PROGRESS_WRITE_INTERVAL_S."""
+        job.progress = min(DENOISE_PROGRESS_CAP, int(100 * (event.index + 1) / max(event.total, 1)))
+        now = time.monotonic()
+        if now - job.last_write >= PROGRESS_WRITE_INTERVAL_S:
+            job.last_write = now
+            try:
+                self.store.update_video(job.video_id, progress=job.progress)
+            except Exception:  # noqa: BLE001 - a progress write must never fail the generation
+                log.exception("could not persist progress of %s", job.video_id)
+
+    def _finish(self, outcome: JobOutcome) -> None:
+        """Persist a failure (completion was persisted with its clip) and tell the listener."""
+        if outcome.status == "failed":
+            try:
+                self.store.update_video(outcome.video_id, status="failed", error=outcome.error)
+            except (NotFound, Conflict):
+                pass  # deleted meanwhile, or already final: nothing left to record
+        self._notify(self.on_finish, outcome)
+
+    @staticmethod
+    def _notify(listener: Callable | None, argument: Any) -> None:
+        if listener is None:
+            return
+        try:
+            listener(argument)
+        except Exception:  # noqa: BLE001 - a listener bug must not stop the worker
+            log.exception("job listener failed")
