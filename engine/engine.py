@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,7 +23,7 @@ from engine.clip import Clip
 from engine.components import Components, load_components
 from engine.errors import RequestError
 from engine.media import encode_mp4
-from engine.plan import FPS, build_layout, resolve_canvas, video_tile_order
+from engine.plan import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
 from engine.request import GenerationRequest, ModelLimits, validate_request
 from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode_text, frames_to_uint8, prepare_noise
 from engine.tiers import TierPlan, TierTable, availability
@@ -62,15 +63,31 @@ class _TierControl:
         return record
 
 
+@dataclass
+class _Denoised:
+    plan: TierPlan
+    canvas: Canvas
+    layout: PackedLayout
+    video_rows: torch.Tensor
+    audio_rows: torch.Tensor
+    step_records: list[dict]
+    lora_report: dict | None
+    compiles: dict
+
+
 class Engine:
     """One loaded model serving one request at a time (requests queue on a lock)."""
 
-    def __init__(self, components: Components, tiers: TierTable | None = None):
+    def __init__(self, components: Components, tiers: TierTable | None = None,
+                 cache_agree: Callable[[bool], bool] | None = None):
+        """`cache_agree` turns a rank's local cache decision into the group's (an all-reduce under parallelism)."""
         self.components = components
+        self.cache_agree = cache_agree
         self.tiers = tiers or TierTable.load()
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
         self._lock = threading.Lock()
         self._loras: dict[tuple[str, float], object] = {}
+        self.compile_keys: set[tuple] = set()  # every kernel specialisation this process has built
 
     @classmethod
     def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None) -> Engine:
@@ -96,12 +113,18 @@ class Engine:
         with self._lock:
             return self._generate(request, timer, on_step, cancel)
 
-    def _generate(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> Clip:
+    def latents(self, payload: dict | GenerationRequest) -> dict:
+        """Run up to the end of the denoise stage and return the float rows (for exactness tests and benches)."""
+        request = self.validate(payload)
+        with self._lock:
+            result = self._denoise(request, _Timer(), None, None)
+        return {"video_rows": result.video_rows, "audio_rows": result.audio_rows, "steps": result.step_records,
+                "tokens": result.layout.length, "padded_tokens": result.layout.padded_length}
+
+    def _denoise(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> _Denoised:
         components = self.components
         tier = self.tiers.get(request.tier)
         plan = TierPlan(tier, request.steps or tier.steps, len(components.transformer.transformer_blocks))
-        if components.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
         with timer.stage("encode_text"):
             prompt_embeds = encode_text(components, request.prompt)
         with timer.stage("plan"):
@@ -114,27 +137,42 @@ class Engine:
             video_rows, audio_rows, step_records = denoise(
                 components, layout, prompt_embeds, video_rows, audio_rows, plan.steps, control, on_step, cancel
             )
+        return _Denoised(plan, canvas, layout, video_rows, audio_rows, step_records, lora_report,
+                         self._compile_report(runtime))
+
+    def _generate(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> Clip:
+        components = self.components
+        if components.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        result = self._denoise(request, timer, on_step, cancel)
+        canvas, layout = result.canvas, result.layout
         with timer.stage("decode_video"):
-            frames = frames_to_uint8(decode_video(components, canvas, video_rows))
+            frames = frames_to_uint8(decode_video(components, canvas, result.video_rows))
         with timer.stage("decode_audio"):
-            audio = decode_audio(components, canvas, audio_rows)
+            audio = decode_audio(components, canvas, result.audio_rows)
         with timer.stage("mux"):
             mp4 = encode_mp4(frames, FPS, audio, components.geometry.audio_sample_rate)
+        lora_report = result.lora_report
         untrained = (["model"] if components.untrained else []) + (
             ["lora"] if lora_report and lora_report.get("untrained") else [])
         return Clip(
             frames=frames, audio=audio, sample_rate=components.geometry.audio_sample_rate, fps=FPS, mp4=mp4,
-            prompt=request.prompt, seed=request.seed, tier=tier.name, tier_config=plan.to_dict(),
+            prompt=request.prompt, seed=request.seed, tier=result.plan.tier.name, tier_config=result.plan.to_dict(),
             model_id=components.model_id, model_name=components.name, tokens=layout.length,
             padded_tokens=layout.padded_length, width=canvas.width, height=canvas.height,
             duration_seconds=canvas.duration_seconds, requested_duration=request.duration_seconds,
             aspect_ratio=request.aspect_ratio, short_edge=request.short_edge, timings=timer.timings,
-            steps=step_records, lora=lora_report, compiles=self._compile_report(runtime), untrained=untrained,
+            steps=result.step_records, lora=lora_report, compiles=result.compiles, untrained=untrained,
             peak_memory_mb=(torch.cuda.max_memory_allocated() / 2**20 if components.device.type == "cuda" else None),
         )
 
     def _compile_report(self, runtime: AttentionRuntime | None) -> dict:
-        report = {"bucket_keys": sorted(map(list, runtime.compile_keys)) if runtime else []}
+        """Kernel keys this request used, how many were new (a compile), and the process total."""
+        keys = runtime.compile_keys if runtime else set()
+        new = keys - self.compile_keys
+        self.compile_keys |= keys
+        report = {"bucket_keys": sorted(map(list, keys)), "new_compiles": len(new),
+                  "total_compiles": len(self.compile_keys)}
         if runtime and runtime.compile_keys and self.components.device.type == "cuda":
             from kernels.block_sparse_attn import kernel_compile_count
 
@@ -169,7 +207,7 @@ class Engine:
                 enable_fused_blocks(transformer)
                 fused_on = True
             if tier.cache:
-                cache = FirstBlockCache(tier.cache, plan)
+                cache = FirstBlockCache(tier.cache, plan, self.cache_agree)
                 cache.install(transformer)
             yield _TierControl(runtime, cache), lora_report, runtime
         finally:

@@ -156,7 +156,9 @@ def availability(tier: TierSpec, duration: float | None = None, steps: int | Non
     if not tier.min_duration <= duration <= tier.max_duration:
         upper = "" if math.isinf(tier.max_duration) else f" and ≤ {tier.max_duration:g} s"
         return False, f"only for clips of ≥ {tier.min_duration:g} s{upper}; requested {duration:g} s"
-    if tier.sparse and duration < SPARSE_SAFE_DURATION and tier.sparse.dense_first_steps < SPARSE_MIN_DENSE_STEPS:
+    sparse = tier.sparse
+    if sparse and sparse.keep_ratio < 1 and duration < SPARSE_SAFE_DURATION and (
+            sparse.dense_first_steps < SPARSE_MIN_DENSE_STEPS):
         if not force:
             return False, GHOSTING_WARNING.format(limit=SPARSE_SAFE_DURATION, dense=SPARSE_MIN_DENSE_STEPS)
     return True, ""

@@ -1,0 +1,237 @@
+"""Tiers as data: the table, the refusal rules, cache / sparse / bucketing exactness, per-step records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+
+from engine.engine import Engine
+from engine.errors import RequestError
+from engine.tiers import (
+    CacheSpec,
+    LoraSpec,
+    SparseSpec,
+    TierPlan,
+    TierSpec,
+    TierTable,
+    availability,
+)
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+PROMPT = "a yellow triangle bounces over a dark blue background"
+
+
+@pytest.fixture(scope="module")
+def engine(nano_components):
+    """A nano engine whose table also holds the test tiers below (same loaded weights as the session engine)."""
+    table = TierTable.load()
+    for tier in (
+        TierSpec("dense-bucketed", "dense attention on a 64-padded sequence", steps=20, bucket=64),
+        TierSpec("sparse-full", "sparse machinery at keep 1.0", steps=20, bucket=64,
+                 sparse=SparseSpec(keep_ratio=1.0, dense_first_steps=0, dense_first_blocks=0)),
+        TierSpec("sparse-aggressive", "keep 0.1 from step 0", steps=20, bucket=64,
+                 sparse=SparseSpec(keep_ratio=0.1, dense_first_steps=2, dense_first_blocks=0)),
+        TierSpec("cache-zero", "first-block cache with threshold 0", steps=20, cache=CacheSpec(0.0, 0, 1)),
+        TierSpec("cache-loose", "first-block cache that skips", steps=20, cache=CacheSpec(10.0, 2, 2)),
+        TierSpec("lora-zero", "turbo LoRA at scale 0", steps=20, lora=LoraSpec("nano-turbo-9.safetensors", 0.0)),
+    ):
+        table.add(tier)
+    return Engine(nano_components, table)
+
+
+def _rows(engine, tier, **extra):
+    return engine.latents({"prompt": PROMPT, "seed": 11, "tier": tier, **extra})
+
+
+def test_builtin_table_has_the_five_tiers_with_their_recipes():
+    table = TierTable.load()
+    assert list(table.tiers) == ["baseline", "turbo", "turbo-5", "sol", "turbo-sparse"]
+    baseline, turbo, turbo5, sol, turbo_sparse = table.tiers.values()
+    assert (baseline.steps, baseline.lora, baseline.cache, baseline.sparse, baseline.fused) == (50, None, None, None,
+                                                                                               False)
+    assert turbo.steps == 9 and turbo.lora and turbo.cache is None
+    assert turbo5.steps == 5 and turbo5.status == "experimental"
+    assert sol.steps == 50 and sol.fused and sol.sparse.tile == 64 and sol.cache.threshold == 0.08
+    assert turbo_sparse.steps == 9 and turbo_sparse.cache is None and turbo_sparse.sparse.dense_first_steps == 1
+    assert turbo_sparse.min_duration == 14.0
+
+
+def test_cli_tiers_prints_availability_json():
+    result = subprocess.run([sys.executable, "-m", "engine", "tiers", "--duration", "5"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert set(rows) == {"baseline", "turbo", "turbo-5", "sol", "turbo-sparse"}
+    for row in rows.values():
+        assert {"name", "steps", "status", "available", "reason"} <= set(row)
+    assert rows["baseline"]["available"] and rows["sol"]["available"]
+    assert not rows["turbo-sparse"]["available"] and "14" in rows["turbo-sparse"]["reason"]
+
+
+def test_cache_needs_twenty_steps():
+    with pytest.raises(RequestError, match="needs ≥ 20 steps"):
+        TierTable().add(TierSpec("turbo-cache", "turbo plus cache", steps=9, cache=CacheSpec()))
+    sol = TierTable.load().get("sol")
+    ok, reason = availability(sol, 5.0, steps=9)
+    assert not ok and "≥ 20 steps" in reason
+
+
+def test_short_sparse_with_one_dense_step_is_refused_unless_forced():
+    risky = TierSpec("risky", "sparse after one dense step", steps=9, bucket=64,
+                     sparse=SparseSpec(keep_ratio=0.1, dense_first_steps=1, dense_first_blocks=0))
+    ok, reason = availability(risky, 5.0)
+    assert not ok and "ghost" in reason and "force" in reason
+    assert availability(risky, 5.0, force=True) == (True, "")
+    assert availability(risky, 14.5) == (True, "")
+
+
+def test_missing_lora_file_makes_tier_unavailable(tmp_path):
+    tier = TierSpec("gone", "LoRA that is not there", steps=9, lora=LoraSpec(str(tmp_path / "missing.safetensors")))
+    ok, reason = availability(tier, 5.0)
+    assert not ok and "LoRA file missing" in reason and "missing.safetensors" in reason
+
+
+def test_toml_tiers_are_loaded_and_validated(tmp_path):
+    good = tmp_path / "tiers.toml"
+    good.write_text('[[tier]]\nname = "sol-safe"\ndescription = "sol with 4 dense steps"\nsteps = 30\nbucket = 64\n'
+                    '[tier.sparse]\nkeep_ratio = 0.25\ndense_first_steps = 4\n'
+                    '[tier.cache]\nthreshold = 0.05\n')
+    table = TierTable.load(good)
+    assert table.get("sol-safe").sparse.keep_ratio == 0.25 and table.get("sol-safe").cache.threshold == 0.05
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[tier]]\nname = "x"\ndescription = "y"\nsteps = 9\ncolour = "red"\n')
+    with pytest.raises(RequestError, match="colour"):
+        TierTable.load(bad)
+    duplicate = tmp_path / "dup.toml"
+    duplicate.write_text('[[tier]]\nname = "baseline"\ndescription = "again"\nsteps = 50\n')
+    with pytest.raises(RequestError, match="defined twice"):
+        TierTable.load(duplicate)
+
+
+def test_plan_schedule_is_per_step_and_block():
+    tier = TierSpec("s", "d", steps=30, sparse=SparseSpec(0.1, dense_first_steps=3, dense_first_blocks=1),
+                    cache=CacheSpec(0.1, warmup_steps=4), bucket=64)
+    plan = TierPlan(tier, 30, 4)
+    assert plan.sparse_at(2, 3) is None and plan.sparse_at(3, 0) is None and plan.sparse_at(3, 1) is not None
+    assert not plan.cache_may_skip(3) and plan.cache_may_skip(4) and not plan.cache_may_skip(29)
+
+
+def test_bucket_padding_is_exact(engine):
+    """Padding to a multiple of 64 with masked keys reproduces the unpadded run (fp32, ≤ 1e-6)."""
+    plain = engine.latents({"prompt": PROMPT, "seed": 11, "steps": 20})
+    padded = _rows(engine, "dense-bucketed")
+    assert padded["padded_tokens"] % 64 == 0 and padded["padded_tokens"] > padded["tokens"]
+    assert torch.allclose(padded["video_rows"], plain["video_rows"], atol=1e-6, rtol=0)
+    assert torch.allclose(padded["audio_rows"], plain["audio_rows"], atol=1e-6, rtol=0)
+
+
+def test_sparse_keep_ratio_one_equals_dense(engine):
+    dense = _rows(engine, "dense-bucketed")
+    sparse = _rows(engine, "sparse-full")
+    assert all(step["sparse_blocks"] == 2 for step in sparse["steps"])
+    assert torch.allclose(sparse["video_rows"], dense["video_rows"], atol=1e-5, rtol=0)
+    assert torch.allclose(sparse["audio_rows"], dense["audio_rows"], atol=1e-5, rtol=0)
+
+
+def test_sparse_schedule_records_dense_and_sparse_steps(engine):
+    result = _rows(engine, "sparse-aggressive", force=True)
+    steps = result["steps"]
+    assert [s["sparse_blocks"] for s in steps[:2]] == [0, 0] and all(s["sparse_blocks"] == 2 for s in steps[2:])
+    assert all(s["keep_ratio"] == 0.1 for s in steps[2:])
+    dense = _rows(engine, "dense-bucketed")
+    assert (result["video_rows"] - dense["video_rows"]).abs().max() > 1e-3, "keep 0.1 must change the output"
+
+
+def test_cache_threshold_zero_is_identical_to_no_cache(engine):
+    plain = engine.latents({"prompt": PROMPT, "seed": 11, "steps": 20})
+    cached = _rows(engine, "cache-zero")
+    assert torch.equal(cached["video_rows"], plain["video_rows"])
+    assert torch.equal(cached["audio_rows"], plain["audio_rows"])
+    assert all(step["cache"] != "hit" for step in cached["steps"])
+
+
+def test_cache_hit_log_and_never_skips_last_step(engine):
+    steps = _rows(engine, "cache-loose")["steps"]
+    log = [step["cache"] for step in steps]
+    assert log[:2] == ["computed (warm-up or last step)"] * 2 and log[-1] == "computed (warm-up or last step)"
+    assert "hit" in log
+    # max_consecutive = 2: never three hits in a row.
+    assert "hit,hit,hit" not in ",".join(log)
+
+
+def test_cache_decision_is_one_agreed_value_per_step(engine):
+    decisions = []
+
+    def agree(decision: bool) -> bool:
+        decisions.append(decision)
+        return False  # another rank said "compute": every rank must then compute
+
+    agreeing = Engine(engine.components, engine.tiers, cache_agree=agree)
+    overruled = _rows(agreeing, "cache-loose")
+    assert len(decisions) == 20  # one decision per step, taken after block 0
+    assert any(decisions), "the local decision would have skipped"
+    reference = engine.latents({"prompt": PROMPT, "seed": 11, "steps": 20})
+    assert torch.equal(overruled["video_rows"], reference["video_rows"])
+
+
+def test_three_prompt_lengths_in_one_bucket_compile_once(engine):
+    # Byte-level tokens: 30, 40 and 50 prompt rows all pad to the same 64-multiple on nano.
+    prompts = ["a red circle moves up, slowly.", "a red circle moves up over a black ground",
+               "a red circle moves up slowly over a black backdrop"]
+    reports = [engine.generate({"prompt": p, "seed": 1, "tier": "sparse-full", "steps": 1}) for p in prompts]
+    tokens = [clip.tokens for clip in reports]
+    assert len(set(tokens)) == 3 and len({clip.padded_tokens for clip in reports}) == 1
+    news = [clip.compiles["new_compiles"] for clip in reports]
+    keys = {tuple(map(tuple, clip.compiles["bucket_keys"])) for clip in reports}
+    assert len(keys) == 1
+    assert news[1:] == [0, 0]
+
+
+def test_lora_scale_zero_equals_base_and_reports_untrained(engine):
+    plain = engine.latents({"prompt": PROMPT, "seed": 11, "steps": 20})
+    zero = _rows(engine, "lora-zero")
+    assert torch.equal(zero["video_rows"], plain["video_rows"])
+
+
+def test_turbo_clip_sidecar_records_lora_and_untrained(nano_engine):
+    clip = nano_engine.generate({"prompt": PROMPT, "seed": 2, "tier": "turbo"})
+    sidecar = clip.sidecar()
+    assert sidecar["tier"] == "turbo" and sidecar["tier_config"]["steps"] == 9 and len(sidecar["steps"]) == 9
+    assert 0 < sidecar["lora"]["matched_layers"] <= sidecar["lora"]["total_layers"]
+    assert "lora" in sidecar["untrained"]
+    assert sidecar["tier_config"]["lora"]["path"] == "nano-turbo-9.safetensors"
+
+
+def test_sol_tier_runs_fused_sparse_and_cache_on_cpu(nano_engine):
+    clip = nano_engine.generate({"prompt": PROMPT, "seed": 2, "tier": "sol", "steps": 24})
+    steps = clip.steps
+    assert all(s["sparse_blocks"] == 0 for s in steps[:10])
+    # Block 0 is dense (dense_first_blocks=1); block 1 is sparse unless the cache skipped it.
+    assert all(s["sparse_blocks"] == (0 if s["cache"] == "hit" else 1) for s in steps[10:])
+    assert {s["cache"] for s in steps} <= {"hit", "miss", "computed (warm-up or last step)"}
+    assert clip.padded_tokens % 64 == 0
+    assert clip.tier_config["fused"] is True
+
+
+def test_engine_keeps_serving_after_a_failing_tier(nano_components, tmp_path):
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    table = TierTable.load()
+    table.add(TierSpec("broken-lora", "LoRA that fails to load", steps=3, lora=LoraSpec(str(broken))))
+    engine = Engine(nano_components, table)
+    with pytest.raises(Exception):
+        engine.generate({"prompt": PROMPT, "tier": "broken-lora"})
+    before = engine.latents({"prompt": PROMPT, "seed": 4, "steps": 3})
+    assert before["video_rows"].isfinite().all()
+    assert all(type(b.attn.processor).__name__ == "MiniMaxH3AttnProcessor"
+               for b in nano_components.transformer.transformer_blocks)
+
+
+def test_replace_keeps_tiers_frozen():
+    tier = TierTable.load().get("turbo")
+    assert replace(tier, steps=5).steps == 5 and tier.steps == 9
