@@ -10,18 +10,23 @@ flags → store → service → REST routes + Gradio UI → serve; the engine lo
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
+from studio.auth import Accounts, AuthFileError, load_accounts
+
+if TYPE_CHECKING:  # the studio modules import torch; main() imports them only after starting Gradio's import
+    from fastapi import FastAPI
+
+    from studio.service import StudioService
+
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the studio runs offline
-
-from fastapi import FastAPI  # noqa: E402
-
-from studio.api import create_app  # noqa: E402
-from studio.auth import Accounts, AuthFileError, load_accounts  # noqa: E402
-from studio.service import DEFAULT_POD_RATE, StudioService  # noqa: E402
 
 log = logging.getLogger("h3studio")
 
@@ -33,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=None, help="checkpoint folder (default: the embedded h3-nano)")
     parser.add_argument("--data-dir", default="./data", help="database, clips, overlays and exports")
     parser.add_argument("--auth", default=None, help="JSON or user:password lines; protects REST and UI")
-    parser.add_argument("--pod-rate", type=float, default=DEFAULT_POD_RATE, help="USD per hour, for $ per clip")
+    parser.add_argument("--pod-rate", type=float, default=13.16, help="USD per hour, for $ per clip (13.16)")
     parser.add_argument("--tiers-file", default=None, help="TOML with extra [[tier]] tables")
     parser.add_argument("--queue-size", type=int, default=8, help="jobs that may wait behind the running one")
     parser.add_argument("--no-ui", action="store_true", help="serve REST only (no Gradio)")
@@ -74,9 +79,15 @@ def build_ui(service: StudioService):
 
 def build_app(args: argparse.Namespace) -> FastAPI:
     """Everything the server runs, wired in the data-path order."""
+    from studio.api import create_app
+    from studio.service import StudioService
+
     accounts: Accounts | None = load_accounts(args.auth) if args.auth else None
     service = StudioService.open(Path(args.data_dir), pod_rate_usd_per_hour=args.pod_rate, queue_size=args.queue_size)
-    app = create_app(service, accounts=accounts, loader=engine_loader(args.model, args.tiers_file))
+    loader = engine_loader(args.model, args.tiers_file)
+    # Load now rather than at startup: the weights load while Gradio builds the UI (cold start ≤ 15 s).
+    service.start_loading(loader)
+    app = create_app(service, accounts=accounts, loader=loader)
     if not args.no_ui:
         import gradio as gr
 
@@ -88,6 +99,10 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    if not args.no_ui:
+        # Import Gradio on a side thread while the main thread imports torch/diffusers: both take seconds,
+        # and overlapping them shortens the time to /health 200.
+        threading.Thread(target=importlib.import_module, args=("gradio",), daemon=True).start()
     try:
         app = build_app(args)
     except AuthFileError as error:

@@ -401,8 +401,8 @@ def create_app(service: StudioService, accounts: Accounts | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
-        if loader is not None and not service.ready:
-            service.start_loading(loader)
+        if loader is not None:
+            service.start_loading(loader)  # no-op when already loaded or loading
         yield
         if close_on_shutdown:
             await run_in_threadpool(service.close)

@@ -195,6 +195,7 @@ class StudioService:
         self._queue: JobQueue | None = None
         self._load_error: str | None = None
         self._loading = False
+        self._closed = False
         self._lock = threading.RLock()  # guards _waiting and _inflight_baselines, and serialises submissions
         self._waiting: dict[str, set[str]] = {}  # in-flight video id → pair ids waiting for it
         self._inflight_baselines: dict[tuple, str] = {}  # baseline identity → queued/running video id
@@ -204,10 +205,15 @@ class StudioService:
 
     @classmethod
     def open(cls, data_dir: str | Path, pod_rate_usd_per_hour: float = DEFAULT_POD_RATE, queue_size: int = 8,
-             engine: Any | None = None, approval_rule: ApprovalRule | None = None, **kwargs: Any) -> StudioService:
-        """Open (or create) the store under ``data_dir`` and build the service on it."""
+             engine: Any | None = None, approval_rule: ApprovalRule | None = None, recover: bool = True,
+             **kwargs: Any) -> StudioService:
+        """Open (or create) the store under ``data_dir`` and build the service on it.
+
+        ``recover`` (the serving process) marks jobs a crash left unfinished as failed; a second process on
+        the same data dir passes False.
+        """
         config = ServiceConfig(Path(data_dir), pod_rate_usd_per_hour, queue_size)
-        return cls(Store(config.data_dir, approval_rule), config, engine=engine, **kwargs)
+        return cls(Store(config.data_dir, approval_rule, recover=recover), config, engine=engine, **kwargs)
 
     # --------------------------------------------------------------------------------------- engine
 
@@ -221,9 +227,14 @@ class StudioService:
             self._engine = engine
             self._loading = False
 
-    def start_loading(self, loader: Callable[[], Any]) -> threading.Thread:
-        """Load the engine in a background thread (``loader()`` returns it); /health says "loading" meanwhile."""
-        self._loading = True
+    def start_loading(self, loader: Callable[[], Any]) -> threading.Thread | None:
+        """Load the engine in a background thread (``loader()`` returns it); /health says "loading" meanwhile.
+        Does nothing (returns None) when an engine is attached or already loading."""
+        with self._lock:
+            if self._engine is not None or self._loading:
+                return None
+            self._loading = True
+            self._load_error = None
 
         def run() -> None:
             try:
@@ -241,6 +252,10 @@ class StudioService:
     @property
     def ready(self) -> bool:
         return self._engine is not None
+
+    @property
+    def loading(self) -> bool:
+        return self._loading
 
     @property
     def engine(self) -> Any:
@@ -271,7 +286,10 @@ class StudioService:
                 "quality": "available" if self._quality_loader() else QUALITY_UNAVAILABLE}
 
     def close(self) -> None:
-        """Stop the worker (cancelling what runs), finish metric work and close the store."""
+        """Stop the worker (cancelling what runs), finish metric work and close the store. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         if self._queue is not None:
             self._queue.stop()
         self._quality_pool.shutdown(wait=True)
