@@ -10,17 +10,18 @@ diffusers' `_apply_rotary_emb` (rotate-half over the leading R = cos.shape[-1] c
 
 R = 96 of D = 128 on the released model (3 axes x 16 freqs x 2), 24 of 32 on the nano model.
 
-The rotate-half partner of channel d is read with a second, L1-resident load of the same row, so the kernel needs
-no register shuffles: HBM traffic is one read and one write of q and k plus the small cos/sin table.
+One program handles whole tokens (all heads): the two rotate-half halves and the pass-through channels are loaded
+as three separate tiles, so the rotation needs no register shuffles and no channel is read twice, and cos/sin are
+read once per token. HBM traffic is one read and one write of q and k plus the small cos/sin table.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._common import HAS_TRITON, require_triton, tl, triton, use_triton
+from ._common import HAS_TRITON, next_pow2, require_triton, tl, triton, use_triton
 
-CONFIG = {"BLOCK_R": 16, "num_warps": 4}
+CONFIG = {"BLOCK_T": 1, "num_warps": 4}
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -51,57 +52,76 @@ def qk_norm_rope_reference(q, k, q_weight, k_weight, eps, cos, sin):
 if HAS_TRITON:
 
     @triton.jit
-    def _norm_rope_tile(X, W, Y, COS, SIN, rows, rmask, S, H, stride_xs, stride_xh, eps,
-                        D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr):
-        # rows index flattened (b*S + s)*H + h; X rows are addressed as (b*S + s) * stride_xs + h * stride_xh.
-        offs_d = tl.arange(0, D)
-        rows = rows.to(tl.int64)  # a fused-QKV token stride times 104k tokens passes 2**31 elements
-        tok = rows // H
-        head = rows % H
-        xrow = tok * stride_xs + head * stride_xh
-        m2 = rmask[:, None]
-        x = tl.load(X + xrow[:, None] + offs_d[None, :], mask=m2, other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)
+    def _norm_rope_token(X, W, Y, COS, SIN, tok, s, H, stride_xs, stride_xh, eps,
+                         D: tl.constexpr, HALF: tl.constexpr, HB: tl.constexpr, REST: tl.constexpr,
+                         RB: tl.constexpr, BLOCK_H: tl.constexpr, HAS_W: tl.constexpr):
+        # One token, all heads: tiles [BLOCK_H, HB] for the two rotate-half halves and [BLOCK_H, RB] for the
+        # pass-through channels. cos/sin are read once per token and broadcast over heads; no channel is read twice.
+        offs_h = tl.arange(0, BLOCK_H)
+        offs_r = tl.arange(0, HB)
+        hmask = (offs_h < H)[:, None]
+        rmask = offs_r < HALF
+        m_rot = hmask & rmask[None, :]
+        base = X + tok * stride_xs + offs_h[:, None] * stride_xh
+        x1 = tl.load(base + offs_r[None, :], mask=m_rot, other=0.0).to(tl.float32)
+        x2 = tl.load(base + HALF + offs_r[None, :], mask=m_rot, other=0.0).to(tl.float32)
+        ss = tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)
+        if REST > 0:
+            offs_p = tl.arange(0, RB)
+            m_pass = hmask & (offs_p < REST)[None, :]
+            x3 = tl.load(base + 2 * HALF + offs_p[None, :], mask=m_pass, other=0.0).to(tl.float32)
+            ss += tl.sum(x3 * x3, axis=1)
+        rstd = tl.rsqrt(ss / D + eps)[:, None]
         if HAS_W:
-            w = tl.load(W + offs_d).to(tl.float32)
+            w1 = tl.load(W + offs_r, mask=rmask, other=0.0).to(tl.float32)[None, :]
+            w2 = tl.load(W + HALF + offs_r, mask=rmask, other=0.0).to(tl.float32)[None, :]
         else:
-            w = tl.full([D], 1.0, tl.float32)
-        n = x * rstd[:, None] * w[None, :]
-        if R > 0:
-            HALF: tl.constexpr = R // 2
-            in_rot = offs_d < R
-            partner = tl.where(offs_d < HALF, offs_d + HALF, tl.where(in_rot, offs_d - HALF, offs_d))
-            sign = tl.where(offs_d < HALF, -1.0, 1.0)
-            # Second read of the row at the partner channels: an L1 hit, cheaper than a cross-lane shuffle.
-            xp = tl.load(X + xrow[:, None] + partner[None, :], mask=m2, other=0.0).to(tl.float32)
+            w1 = 1.0
+            w2 = 1.0
+        n1 = x1 * rstd * w1
+        n2 = x2 * rstd * w2
+        if HALF > 0:
+            crow = COS + s * (2 * HALF)
+            srow = SIN + s * (2 * HALF)
+            c1 = tl.load(crow + offs_r, mask=rmask, other=1.0)[None, :]
+            c2 = tl.load(crow + HALF + offs_r, mask=rmask, other=1.0)[None, :]
+            s1 = tl.load(srow + offs_r, mask=rmask, other=0.0)[None, :]
+            s2 = tl.load(srow + HALF + offs_r, mask=rmask, other=0.0)[None, :]
+            o1 = n1 * c1 - n2 * s1
+            o2 = n2 * c2 + n1 * s2
+        else:
+            o1 = n1
+            o2 = n2
+        obase = Y + tok * (D * H) + offs_h[:, None] * D
+        tl.store(obase + offs_r[None, :], o1.to(Y.dtype.element_ty), mask=m_rot)
+        tl.store(obase + HALF + offs_r[None, :], o2.to(Y.dtype.element_ty), mask=m_rot)
+        if REST > 0:
             if HAS_W:
-                wp = tl.load(W + partner).to(tl.float32)
+                w3 = tl.load(W + 2 * HALF + offs_p, mask=offs_p < REST, other=0.0).to(tl.float32)[None, :]
             else:
-                wp = tl.full([D], 1.0, tl.float32)
-            npart = xp * rstd[:, None] * wp[None, :]
-            s = tok % S
-            cmask = m2 & in_rot[None, :]
-            coff = s[:, None] * R + offs_d[None, :]
-            c = tl.load(COS + coff, mask=cmask, other=1.0)
-            sn = tl.load(SIN + coff, mask=cmask, other=0.0)
-            n = n * c + (sign[None, :] * npart) * sn
-        tl.store(Y + rows[:, None] * D + offs_d[None, :], n.to(Y.dtype.element_ty), mask=m2)
+                w3 = 1.0
+            tl.store(obase + 2 * HALF + offs_p[None, :], (x3 * rstd * w3).to(Y.dtype.element_ty), mask=m_pass)
 
     @triton.jit
     def _qk_norm_rope_kernel(
         Q, K, WQ, WK, QO, KO, COS, SIN,
-        n_rows, S, H, stride_qs, stride_qh, stride_ks, stride_kh, eps,
-        D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr, BLOCK_R: tl.constexpr,
+        n_tok, S, H, stride_qs, stride_qh, stride_ks, stride_kh, eps,
+        D: tl.constexpr, HALF: tl.constexpr, HB: tl.constexpr, REST: tl.constexpr, RB: tl.constexpr,
+        BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, HAS_W: tl.constexpr,
     ):
-        # Axis 1 picks q (0) or k (1): one launch for both tensors.
+        # Grid (token blocks, 2): axis 1 picks q (0) or k (1), so both tensors go in one launch.
         pid = tl.program_id(0)
         which = tl.program_id(1)
-        rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
-        rmask = rows < n_rows
-        if which == 0:
-            _norm_rope_tile(Q, WQ, QO, COS, SIN, rows, rmask, S, H, stride_qs, stride_qh, eps, D, R, HAS_W)
-        else:
-            _norm_rope_tile(K, WK, KO, COS, SIN, rows, rmask, S, H, stride_ks, stride_kh, eps, D, R, HAS_W)
+        for i in tl.static_range(BLOCK_T):
+            tok = (pid * BLOCK_T + i).to(tl.int64)  # a fused-QKV token stride x 104k tokens passes 2**31
+            if tok < n_tok:
+                s = tok % S
+                if which == 0:
+                    _norm_rope_token(Q, WQ, QO, COS, SIN, tok, s, H, stride_qs, stride_qh, eps,
+                                     D, HALF, HB, REST, RB, BLOCK_H, HAS_W)
+                else:
+                    _norm_rope_token(K, WK, KO, COS, SIN, tok, s, H, stride_ks, stride_kh, eps,
+                                     D, HALF, HB, REST, RB, BLOCK_H, HAS_W)
 
 
 def _flat_rows_ok(x: torch.Tensor) -> bool:
@@ -135,12 +155,15 @@ def _qk_norm_rope_triton(q, k, q_weight, k_weight, eps, cos, sin, out=None):
         qo, ko = out
     wq = q_weight.contiguous() if has_w else q
     wk = k_weight.contiguous() if has_w else k
-    n_rows = B * S * H
-    br = CONFIG["BLOCK_R"]
-    _qk_norm_rope_kernel[(triton.cdiv(n_rows, br), 2)](
+    n_tok = B * S
+    half = R // 2
+    rest = D - R
+    bt = CONFIG["BLOCK_T"]
+    _qk_norm_rope_kernel[(triton.cdiv(n_tok, bt), 2)](
         q, k, wq, wk, qo, ko, cos, sin,
-        n_rows, S, H, q.stride(1), q.stride(2), k.stride(1), k.stride(2), float(eps),
-        D=D, R=R, HAS_W=has_w, BLOCK_R=br, num_warps=CONFIG["num_warps"],
+        n_tok, S, H, q.stride(1), q.stride(2), k.stride(1), k.stride(2), float(eps),
+        D=D, HALF=half, HB=next_pow2(max(half, 1)), REST=rest, RB=next_pow2(max(rest, 1)),
+        BLOCK_H=next_pow2(H), BLOCK_T=bt, HAS_W=has_w, num_warps=CONFIG["num_warps"],
     )
     return qo, ko
 
