@@ -280,6 +280,8 @@ class StudioService:
         if self._engine is None:
             if self._load_error:
                 return {"status": "error", "error": self._load_error}
+            if not self._loading:
+                return {"status": "unavailable", "error": "no engine attached to this service"}
             return {"status": "loading"}
         return {"status": "ok", "model": self.model_name, "model_id": self._engine.model_id,
                 "queue": self._queue.snapshot() if self._queue else None,

@@ -1,0 +1,419 @@
+"""REST round trips on the nano model: pairs, baseline reuse, verdicts, approval, export, 429, cancel, bad
+requests, auth and restart persistence.
+
+Clips are 64×32 (short_edge 32) with 2–3 denoising steps; the turbo tier is the candidate (its LoRA file ships
+in assets/loras). The quality module is replaced by a recording stand-in so the test checks what the service
+does with a comparison, not the comparison itself (studio/quality has its own tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from fastapi.testclient import TestClient
+
+from studio.api import create_app
+from studio.auth import AuthFileError, load_accounts
+from studio.service import QUALITY_UNAVAILABLE, StudioService
+
+TIMEOUT_S = 180
+SEED = 11
+TARGET = {"duration_seconds": 5, "aspect_ratio": "16:9", "short_edge": 32}
+PROMPTS = ("a red kite over a beach", "a cat walking on a fence", "rain on a city street at night")
+TERMINAL = ("completed", "failed")
+
+
+class CountingEngine:
+    """The nano engine, counting generate calls (to prove a reused baseline is not generated again)."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        self.calls: list[tuple[str, str, int | None]] = []
+
+    def generate(self, request, on_step=None, cancel=None):
+        self.calls.append((request.tier, request.prompt, request.steps))
+        return self._engine.generate(request, on_step=on_step, cancel=cancel)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+class FakeQuality:
+    """Stands in for studio.quality: OverlayCache(root).get_or_compute(key, baseline, candidate)."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, Path, Path]] = []
+        outer = self
+
+        class OverlayCache:
+            def __init__(self, root):
+                self.root = Path(root)
+
+            def get_or_compute(self, key, baseline_path, candidate_path):
+                outer.calls.append((key, Path(baseline_path), Path(candidate_path)))
+                return {"summary": {"frames": 124, "psnr_mean": 31.5, "ghosting": False, "ghost_score": 0.01,
+                                    "lpips_delta": float("nan"), "suggested_verdict": "accept"},
+                        "overlays": {"heatmap": self.root / key / "heatmap.png"}}
+
+        self.OverlayCache = OverlayCache
+
+
+def wait_for(client: TestClient, url: str, timeout_s: float = TIMEOUT_S) -> dict:
+    """Poll a video or pair until it is completed or failed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        body = client.get(url).json()
+        if body["status"] in TERMINAL:
+            return body
+        assert time.monotonic() < deadline, f"{url} still {body['status']} after {timeout_s}s"
+        time.sleep(0.1)
+
+
+def pair_body(prompt: str, steps: int = 2, **extra) -> dict:
+    return {"prompt": prompt, "seed": SEED, "tier": "turbo", "steps": steps, "baseline_steps": 2,
+            "target": TARGET, **extra}
+
+
+def error_of(response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    return body["error"]
+
+
+# ------------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def counting_engine(nano_engine):
+    return CountingEngine(nano_engine)
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory, counting_engine):
+    """One studio (service + REST app) on a temp data dir, shared by the tests of this module."""
+    data_dir = tmp_path_factory.mktemp("studio")
+    quality = FakeQuality()
+    service = StudioService.open(data_dir, engine=counting_engine, queue_size=8, quality_loader=lambda: quality)
+    client = TestClient(create_app(service)).__enter__()
+    closed = []
+
+    def shut_down():
+        """Stop the app as a server shutdown does (once): the worker stops and the store closes."""
+        if not closed:
+            closed.append(True)
+            client.__exit__(None, None, None)
+
+    yield SimpleNamespace(client=client, service=service, data_dir=data_dir, engine=counting_engine,
+                          quality=quality, shut_down=shut_down)
+    shut_down()
+
+
+@pytest.fixture(scope="module")
+def reviewed(studio):
+    """Three completed turbo pairs on three prompts, each accepted once: the configuration is approved.
+
+    A fourth pair (the first prompt at 3 candidate steps) is submitted while the first baseline is still
+    queued: it must share that baseline job rather than queue the same clip again.
+    """
+    client, engine = studio.client, studio.engine
+    before = len(engine.calls)
+    created = [client.post("/v1/pairs", json=pair_body(prompt)) for prompt in PROMPTS]
+    shared = client.post("/v1/pairs", json=pair_body(PROMPTS[0], steps=3))
+    assert [r.status_code for r in (*created, shared)] == [200] * 4, [r.json() for r in (*created, shared)]
+    assert all(r.json()["status"] == "queued" for r in created)
+    pairs = [wait_for(client, f"/v1/pairs/{r.json()['id']}") for r in created]
+    assert [p["status"] for p in pairs] == ["completed"] * 3, [p["error"] for p in pairs]
+    shared = wait_for(client, f"/v1/pairs/{shared.json()['id']}")
+    assert shared["status"] == "completed", shared["error"]
+    calls = engine.calls[before:]
+    key = pairs[0]["configuration_key"]
+    assert {p["configuration_key"] for p in pairs} == {key}
+    approvals = []
+    for pair in pairs:
+        verdict = client.post(f"/v1/pairs/{pair['id']}/verdicts",
+                              json={"reviewer": "rita", "decision": "accept", "reasons": [], "notes": "clean"})
+        assert verdict.status_code == 200, verdict.json()
+        approvals.append(_configuration(client, key)["approved"])
+    assert approvals == [False, False, True]  # the rule: accepts on 3 distinct prompts, no rejects
+    return SimpleNamespace(pairs=[client.get(f"/v1/pairs/{p['id']}").json() for p in pairs], key=key,
+                           shared=shared, calls=calls)
+
+
+def _configuration(client: TestClient, key: str) -> dict:
+    listing = client.get("/v1/configurations").json()
+    return next(c for c in listing["data"] if c["key"] == key)
+
+
+# ------------------------------------------------------------------------------------------------- tests
+
+
+def test_health_tiers_and_openapi(studio):
+    client = studio.client
+    health = client.get("/health")
+    assert health.status_code == 200
+    assert health.json()["status"] == "ok"
+    assert health.json()["model"] == "h3-nano" and health.json()["model_id"] == studio.engine.model_id
+    tiers = {t["name"]: t for t in client.get("/v1/tiers", params={"duration": 5}).json()["data"]}
+    assert tiers["baseline"]["available"] and tiers["turbo"]["available"]
+    assert not tiers["turbo-sparse"]["available"] and "14" in tiers["turbo-sparse"]["reason"]
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/v1/videos", "/v1/videos/{video_id}", "/v1/videos/{video_id}/content", "/v1/pairs",
+                 "/v1/pairs/{pair_id}/verdicts", "/v1/configurations", "/v1/exports", "/v1/tiers"):
+        assert path in paths
+
+
+def test_pair_round_trip_to_approved_export(studio, reviewed):
+    client, pair = studio.client, reviewed.pairs[0]
+    baseline, candidate = pair["baseline"], pair["candidate"]
+    assert (baseline["tier"], candidate["tier"]) == ("baseline", "turbo")
+    assert pair["baseline_video_id"] == baseline["id"] and pair["candidate_video_id"] == candidate["id"]
+    # Timings per stage for both clips, and the derived numbers.
+    for clip in (baseline, candidate):
+        assert {"encode_text", "denoise", "decode_video", "decode_audio", "mux"} <= set(clip["timings"])
+        assert Path(clip["clip_path"]).is_file()
+    assert pair["speedup"] == pytest.approx(baseline["inference_time_s"] / candidate["inference_time_s"])
+    assert pair["denoise_speedup"] == pytest.approx(baseline["timings"]["denoise"] / candidate["timings"]["denoise"])
+    assert pair["cost_usd"]["candidate"] == pytest.approx(candidate["inference_time_s"] * 13.16 / 3600)
+    # The comparison ran once per pair on the two stored clips, and its summary is on the pair.
+    assert pair["metrics_status"] == "ok"
+    assert pair["metrics"]["psnr_mean"] == 31.5 and pair["metrics"]["lpips_delta"] is None  # NaN → null
+    assert pair["metrics"]["overlays"]["heatmap"].endswith("heatmap.png")
+    compared = {call[0]: call for call in studio.quality.calls}
+    key = f"{pair['baseline']['clip_sha'][:16]}-{pair['candidate']['clip_sha'][:16]}"
+    assert compared[key][1] == Path(baseline["clip_path"]) and compared[key][2] == Path(candidate["clip_path"])
+    assert [v["reviewer"] for v in pair["verdicts"]] == ["rita"]
+    # The SGLang view of a finished clip, and its bytes.
+    video = client.get(f"/v1/videos/{candidate['id']}").json()
+    assert video["object"] == "video" and video["status"] == "completed" and video["progress"] == 100
+    assert video["size"] == "64x32" and video["seconds"] == "5.166667" and video["error"] is None
+    assert isinstance(video["created_at"], int) and video["completed_at"] >= video["created_at"]
+    content = client.get(f"/v1/videos/{candidate['id']}/content")
+    assert content.status_code == 200 and content.headers["content-type"] == "video/mp4"
+    assert hashlib.sha256(content.content).hexdigest() == candidate["clip_sha"]
+    # Export everything approved: the three pairs.
+    exported = client.post("/v1/exports", json={"pair_ids": []})
+    assert exported.status_code == 200 and exported.headers["content-type"] == "application/zip"
+    archive = zipfile.ZipFile(io.BytesIO(exported.content))
+    names = archive.namelist()
+    assert {"manifest.json", "README.txt", "SHA256SUMS"} <= set(names)
+    mp4s = [n for n in names if n.endswith(".mp4")]
+    assert len(mp4s) == 6
+    manifest = json.loads(archive.read("manifest.json"))
+    assert manifest["pair_count"] == 3
+    assert {p["pair_id"] for p in manifest["pairs"]} == {p["id"] for p in reviewed.pairs}
+    first = next(p for p in manifest["pairs"] if p["pair_id"] == pair["id"])
+    assert first["metrics"]["psnr_mean"] == 31.5 and first["verdicts"][0]["decision"] == "accept"
+    assert hashlib.sha256(archive.read(first["candidate"]["file"])).hexdigest() == candidate["clip_sha"]
+    assert "sha256sum -c SHA256SUMS" in archive.read("README.txt").decode()
+    # One pair by id.
+    single = client.post("/v1/exports", json={"pair_ids": [pair["id"]]})
+    assert json.loads(zipfile.ZipFile(io.BytesIO(single.content)).read("manifest.json"))["pair_count"] == 1
+
+
+def test_baseline_is_reused_not_regenerated(studio, reviewed):
+    client, engine = studio.client, studio.engine
+    first, shared = reviewed.pairs[0], reviewed.shared
+    # A baseline still being generated was shared by the second pair on the same prompt: 3 prompts × 2 clips
+    # plus one extra candidate, and one baseline per prompt.
+    assert shared["baseline_video_id"] == first["baseline_video_id"] and not shared["baseline_reused"]
+    assert sorted(reviewed.calls) == sorted([("baseline", p, 2) for p in PROMPTS] + [("turbo", p, 2) for p in PROMPTS]
+                                            + [("turbo", PROMPTS[0], 3)])
+    assert shared["configuration_key"] != first["configuration_key"]  # 3 steps is another configuration
+    # A stored baseline (same model, prompt, seed, canvas, duration, baseline config): only the candidate runs.
+    second = reviewed.pairs[1]
+    before = len(engine.calls)
+    reuse = client.post("/v1/pairs", json=pair_body(PROMPTS[1], steps=3)).json()
+    assert reuse["baseline_reused"] is True
+    assert reuse["baseline"]["status"] == "completed"  # at once: nothing to generate
+    assert reuse["baseline_video_id"] != second["baseline_video_id"]  # its own record, the same clip
+    done = wait_for(client, f"/v1/pairs/{reuse['id']}")
+    assert done["status"] == "completed"
+    assert engine.calls[before:] == [("turbo", PROMPTS[1], 3)]
+    assert done["baseline"]["clip_sha"] == second["baseline"]["clip_sha"]
+    assert done["baseline"]["inference_time_s"] == pytest.approx(second["baseline"]["inference_time_s"])
+    assert done["speedup"] == pytest.approx(second["baseline"]["inference_time_s"]
+                                            / done["candidate"]["inference_time_s"])
+    # A different canvas is a different clip: no reuse.
+    other = client.post("/v1/pairs", json={**pair_body(PROMPTS[1], steps=3),
+                                           "target": {**TARGET, "aspect_ratio": "1:1"}}).json()
+    assert other["baseline_reused"] is False and other["baseline"]["status"] == "queued"
+    assert client.delete(f"/v1/pairs/{other['id']}").json()["status"] == "failed"  # cancel: not needed
+
+
+@pytest.mark.parametrize(("method", "url", "body", "status", "field"), [
+    ("post", "/v1/videos", {"prompt": "x", "num_frames": 121}, 400, "num_frames"),
+    ("post", "/v1/videos", {"prompt": "x", "fps": 30}, 400, "fps"),
+    ("post", "/v1/videos", {"prompt": "x", "guidance_scale": 5}, 400, "guidance_scale"),
+    ("post", "/v1/videos", {"prompt": "x", "negative_prompt": "blur"}, 400, "negative_prompt"),
+    ("post", "/v1/videos", {"prompt": "x", "task": "ref2va"}, 400, "task"),
+    ("post", "/v1/videos", {"prompt": "x", "num_inference_steps": 1}, 400, "num_inference_steps"),
+    ("post", "/v1/videos", {"prompt": "x", "num_inference_steps": 102}, 400, "num_inference_steps"),
+    ("post", "/v1/videos", {"prompt": "x", "target": {"short_edge": 33}}, 400, "target.short_edge"),
+    ("post", "/v1/videos", {"prompt": "x", "target": {"aspect_ratio": "2:1"}}, 400, "target.aspect_ratio"),
+    ("post", "/v1/videos", {"prompt": "x", "target": {"duration_seconds": 60}}, 400, "target.duration_seconds"),
+    ("post", "/v1/videos", {"prompt": "x", "flow_shift": 5.0}, 400, "flow_shift"),
+    ("post", "/v1/videos", {"prompt": "x", "tier": "warp"}, 400, "tier"),
+    ("post", "/v1/videos", {"prompt": "x", "seed": "abc"}, 400, "seed"),
+    ("post", "/v1/videos", {"prompt": ""}, 400, "prompt"),
+    ("post", "/v1/videos", {"seed": 1}, 400, "prompt"),
+    ("post", "/v1/videos", {"prompt": "x", "colour": "red"}, 400, "colour"),
+    ("post", "/v1/pairs", {"prompt": "x", "tier": "turbo", "baseline_steps": 0}, 400, "baseline_steps"),
+    ("post", "/v1/pairs", {"prompt": "x", "tier": "turbo", "target": {"fps": 24}}, 400, "target.fps"),
+    ("post", "/v1/pairs", {"prompt": "x", "tier": "baseline"}, 400, "tier"),
+    ("post", "/v1/pairs", {"prompt": "x", "tier": "turbo-sparse"}, 400, "tier"),
+    ("post", "/v1/pairs", {"prompt": "x"}, 400, "tier"),
+    ("get", "/v1/videos/video_nope", None, 404, "video_id"),
+    ("get", "/v1/videos/video_nope/content", None, 404, "video_id"),
+    ("get", "/v1/videos?limit=0", None, 400, "limit"),
+    ("get", "/v1/videos?order=sideways", None, 400, "order"),
+    ("get", "/v1/pairs/pair_nope", None, 404, "pair_id"),
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "r", "decision": "accept"}, 404, "pair_id"),
+    ("get", "/v1/tiers?duration=abc", None, 400, "duration"),
+    ("post", "/v1/exports", {"pair_ids": ["pair_nope"]}, 404, "pair_ids"),
+    ("post", "/v1/exports", {"pairs": []}, 400, "pairs"),
+])
+def test_bad_requests_name_the_field(studio, method, url, body, status, field):
+    response = getattr(studio.client, method)(url, **({"json": body} if body is not None else {}))
+    assert response.status_code == status, response.json()
+    error = error_of(response)
+    assert error["field"] == field and error["message"]
+
+
+def test_verdict_rules(studio, reviewed):
+    client, pair = studio.client, reviewed.pairs[1]
+    bad_decision = client.post(f"/v1/pairs/{pair['id']}/verdicts", json={"reviewer": "r", "decision": "maybe"})
+    assert (bad_decision.status_code, error_of(bad_decision)["field"]) == (400, "decision")
+    bad_reason = client.post(f"/v1/pairs/{pair['id']}/verdicts",
+                             json={"reviewer": "r", "decision": "reject", "reasons": ["too purple"]})
+    assert (bad_reason.status_code, error_of(bad_reason)["field"]) == (400, "reasons")
+    no_reviewer = client.post(f"/v1/pairs/{pair['id']}/verdicts", json={"decision": "accept"})
+    assert (no_reviewer.status_code, error_of(no_reviewer)["field"]) == (400, "reviewer")
+    # A pair that is not completed cannot be judged.
+    queued = studio.service.store.create_pair("p", 1, "turbo", {"steps": 2}, TARGET, "m")
+    early = client.post(f"/v1/pairs/{queued.id}/verdicts", json={"reviewer": "r", "decision": "accept"})
+    assert (early.status_code, error_of(early)["field"]) == (409, "pair_id")
+    # A finished pair's videos cannot be deleted (verdicts and exports refer to them).
+    refused = client.delete(f"/v1/videos/{pair['candidate_video_id']}")
+    assert (refused.status_code, error_of(refused)["field"]) == (409, "video_id")
+
+
+def test_queue_full_429_cancel_and_serving_after(tmp_path, nano_engine):
+    service = StudioService.open(tmp_path / "data", engine=nano_engine, queue_size=1, quality_loader=lambda: None)
+    with TestClient(create_app(service)) as client:
+        slow = {"prompt": "a slow pan over hills", "num_inference_steps": 101, "target": {"short_edge": 32}}
+        running = client.post("/v1/videos", json=slow).json()
+        waiting = client.post("/v1/videos", json={**slow, "seed": 2}).json()
+        full = client.post("/v1/videos", json={**slow, "seed": 3})
+        assert full.status_code == 429 and "queue is full" in error_of(full)["message"]
+        pairs_before = client.get("/v1/pairs").json()["data"]
+        full_pair = client.post("/v1/pairs", json=pair_body("no room"))
+        assert full_pair.status_code == 429
+        assert client.get("/v1/pairs").json()["data"] == pairs_before  # nothing half-created
+        # Cancel the waiting job: failed at once, never generated.
+        cancelled = client.delete(f"/v1/videos/{waiting['id']}").json()
+        assert cancelled["cancelled"] and cancelled["status"] == "failed"
+        assert cancelled["error"] == {"message": "cancelled by request"}
+        # Cancel the running job once it is denoising.
+        deadline = time.monotonic() + TIMEOUT_S
+        while client.get(f"/v1/videos/{running['id']}").json()["progress"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        progress = client.get(f"/v1/videos/{running['id']}").json()
+        assert progress["status"] == "in_progress" and 0 < progress["progress"] < 100
+        assert client.delete(f"/v1/videos/{running['id']}").json()["cancelled"]
+        stopped = wait_for(client, f"/v1/videos/{running['id']}")
+        assert stopped["status"] == "failed" and stopped["error"]["message"] == "cancelled by request"
+        assert client.get(f"/v1/videos/{running['id']}/content").status_code == 404
+        # The engine keeps serving, and a finished job can be deleted.
+        quick = client.post("/v1/videos", json={"prompt": "after the cancel", "num_inference_steps": 3,
+                                                "target": {"short_edge": 32}}).json()
+        assert wait_for(client, f"/v1/videos/{quick['id']}")["status"] == "completed"
+        listing = client.get("/v1/videos", params={"limit": 2, "order": "desc"}).json()
+        assert listing["object"] == "list" and listing["data"][0]["id"] == quick["id"] and listing["has_more"]
+        page_two = client.get("/v1/videos", params={"limit": 2, "after": listing["last_id"]}).json()
+        assert [v["id"] for v in page_two["data"]] == [running["id"]] and not page_two["has_more"]
+        deleted = client.delete(f"/v1/videos/{waiting['id']}").json()
+        assert deleted == {"id": waiting["id"], "object": "video.deleted", "deleted": True}
+        assert client.get(f"/v1/videos/{waiting['id']}").status_code == 404
+
+
+def test_health_is_503_while_loading(tmp_path):
+    import threading
+
+    release = threading.Event()
+
+    def slow_loader():
+        release.wait(30)
+        raise RuntimeError("no weights here")
+
+    service = StudioService.open(tmp_path / "data", quality_loader=lambda: None)
+    with TestClient(create_app(service, loader=slow_loader)) as client:
+        loading = client.get("/health")
+        assert (loading.status_code, loading.json()) == (503, {"status": "loading"})
+        assert client.get("/v1/videos").json()["data"] == []  # reads work while loading
+        refused = client.post("/v1/videos", json={"prompt": "x"})
+        assert refused.status_code == 503 and "loading" in error_of(refused)["message"]
+        release.set()
+        deadline = time.monotonic() + 30
+        while client.get("/health").json()["status"] == "loading":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        failed = client.get("/health")
+        assert failed.status_code == 503 and "no weights here" in failed.json()["error"]
+
+
+def test_auth_protects_rest_and_names_the_reviewer(tmp_path, studio, reviewed):
+    (tmp_path / "users.txt").write_text("# reviewers\nalice:wonder\nbob:builder\n")
+    accounts = load_accounts(tmp_path / "users.txt")
+    # A second, engine-less service on the same data: reads and verdicts need no engine.
+    service = StudioService.open(studio.data_dir, recover=False, quality_loader=lambda: None)
+    with TestClient(create_app(service, accounts=accounts)) as client:
+        pair_id = reviewed.pairs[2]["id"]
+        assert client.get("/v1/pairs").status_code == 401
+        assert client.get("/v1/pairs", auth=("alice", "wrong")).status_code == 401
+        assert client.get("/v1/pairs", auth=("alice", "wonder")).status_code == 200
+        assert client.get("/health").status_code == 503  # open, and honest: this service has no engine
+        verdict = client.post(f"/v1/pairs/{pair_id}/verdicts", auth=("alice", "wonder"),
+                              json={"decision": "accept", "notes": "signed in"})
+        assert verdict.status_code == 200 and verdict.json()["reviewer"] == "alice"
+        spoof = client.post(f"/v1/pairs/{pair_id}/verdicts", auth=("alice", "wonder"),
+                            json={"reviewer": "bob", "decision": "reject"})
+        assert (spoof.status_code, error_of(spoof)["field"]) == (403, "reviewer")
+    (tmp_path / "users.json").write_text(json.dumps([{"username": "carol", "password": "c4"}]))
+    assert load_accounts(tmp_path / "users.json").check("carol", "c4")
+    (tmp_path / "broken.txt").write_text("nocolon\n")
+    with pytest.raises(AuthFileError, match="line 1"):
+        load_accounts(tmp_path / "broken.txt")
+
+
+def test_restart_keeps_pairs_verdicts_videos_and_content(studio, reviewed, counting_engine):
+    """Runs last in this module: it shuts the shared studio down and opens a new one on the same data dir."""
+    pair = reviewed.pairs[0]
+    old = studio.client.get(f"/v1/pairs/{pair['id']}").json()
+    content = studio.client.get(f"/v1/videos/{pair['baseline_video_id']}/content").content
+    interrupted = studio.service.store.create_video({"prompt": "in flight at shutdown"}, "baseline", "h3-nano")
+    studio.shut_down()
+    service = StudioService.open(studio.data_dir, engine=counting_engine, quality_loader=lambda: None)
+    with TestClient(create_app(service)) as client:
+        again = client.get(f"/v1/pairs/{pair['id']}").json()
+        assert again["status"] == "completed"
+        for name in ("baseline_video_id", "candidate_video_id", "speedup", "metrics", "configuration_key"):
+            assert again[name] == old[name], name
+        assert [v["id"] for v in again["verdicts"]] == [v["id"] for v in old["verdicts"]]
+        assert again["metrics_status"] == "ok"  # stored metrics survive without the quality module
+        assert client.get("/health").json()["quality"] == QUALITY_UNAVAILABLE
+        assert _configuration(client, reviewed.key)["approved"] is True
+        assert client.get(f"/v1/videos/{pair['baseline_video_id']}/content").content == content
+        assert client.get(f"/v1/videos/{pair['candidate_video_id']}").json()["status"] == "completed"
+        lost = client.get(f"/v1/videos/{interrupted.id}").json()
+        assert lost["status"] == "failed" and "restarted" in lost["error"]["message"]
+        exported = client.post("/v1/exports")
+        assert exported.status_code == 200
+        assert json.loads(zipfile.ZipFile(io.BytesIO(exported.content)).read("manifest.json"))["pair_count"] == 3
