@@ -3,27 +3,26 @@
     python app.py [--host H] [--port P] [--model PATH] [--data-dir DIR] [--auth FILE]
                   [--pod-rate USD_PER_HOUR] [--tiers-file FILE] [--queue-size N]
 
-flags → store → service → REST routes + Gradio UI → serve; the engine loads in a background thread, so
-/health answers 503 {"status": "loading"} at once and 200 once the model is ready.
+flags → store → service → REST routes + Gradio UI → serve; the engine's weights load in a background thread, so
+/health answers 503 {"status": "loading"} as soon as the server listens and 200 once the model is ready.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
-import threading
+from collections.abc import Callable
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from studio.auth import Accounts, AuthFileError, load_accounts
 
-if TYPE_CHECKING:  # the studio modules import torch; main() imports them only after starting Gradio's import
+if TYPE_CHECKING:  # the studio modules import torch: build_app imports them, so --help stays instant
     from fastapi import FastAPI
 
+    from engine.engine import Engine
     from studio.service import StudioService
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the studio runs offline
@@ -50,11 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def engine_loader(model: str | None, tiers_file: str | None):
+def engine_loader(model: str | None, tiers_file: str | None) -> Callable[[], Engine]:
     """A callable that loads the engine (run on the service's loader thread)."""
 
-    def load():
-        from engine.engine import Engine  # imported here: diffusers/transformers take seconds to import
+    def load() -> Engine:
+        from engine.engine import Engine
 
         return Engine.load(model_path=model, tiers_file=tiers_file)
 
@@ -77,16 +76,17 @@ def build_ui(service: StudioService):
     return build_studio_ui(service)
 
 
-def build_app(args: argparse.Namespace) -> FastAPI:
+def build_app(args: argparse.Namespace, accounts: Accounts | None = None) -> FastAPI:
     """Everything the server runs, wired in the data-path order."""
+    # Import the engine's module graph (torch, diffusers, transformers) on this thread before the loader thread
+    # starts: two threads importing one package graph at once can see half-initialised modules.
+    import engine.engine  # noqa: F401
     from studio.api import create_app
     from studio.service import StudioService
 
-    accounts: Accounts | None = load_accounts(args.auth) if args.auth else None
     service = StudioService.open(Path(args.data_dir), pod_rate_usd_per_hour=args.pod_rate, queue_size=args.queue_size)
     loader = engine_loader(args.model, args.tiers_file)
-    # Load now rather than at startup: the weights load while Gradio builds the UI (cold start ≤ 15 s).
-    service.start_loading(loader)
+    service.start_loading(loader)  # now, not at server startup: the weights load while Gradio builds the UI
     app = create_app(service, accounts=accounts, loader=loader)
     if not args.no_ui:
         import gradio as gr
@@ -99,15 +99,12 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    if not args.no_ui:
-        # Import Gradio on a side thread while the main thread imports torch/diffusers: both take seconds,
-        # and overlapping them shortens the time to /health 200.
-        threading.Thread(target=importlib.import_module, args=("gradio",), daemon=True).start()
     try:
-        app = build_app(args)
+        accounts = load_accounts(args.auth) if args.auth else None
     except AuthFileError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    app = build_app(args, accounts)
     import uvicorn
 
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
