@@ -282,6 +282,8 @@ class JobQueue:
                 self.store.update_video(outcome.video_id, status="failed", error=outcome.error)
             except (NotFound, Conflict):
                 pass  # deleted meanwhile, or already final: nothing left to record
+            except Exception:  # noqa: BLE001 - e.g. a locked database: log it, keep the worker alive
+                log.exception("could not record the failure of %s", outcome.video_id)
         self._notify(self.on_finish, outcome)
 
     @staticmethod
