@@ -184,13 +184,17 @@ def bench_qk_norm_rope(S):
     comp = compiled(eager)
     r = {"eager_ms": timed(eager), "compile_ms": timed(comp)}
     sweep = {}
-    cfgs = [(1, 4), (1, 8), (2, 4), (2, 8), (4, 8)] if S == 37760 else [(qr.CONFIG["BLOCK_T"], qr.CONFIG["num_warps"])]
-    for bt, nw in cfgs:
-        qr.CONFIG.update(BLOCK_T=bt, num_warps=nw)
-        sweep[f"BLOCK_T={bt},num_warps={nw}"] = timed(lambda: qr.qk_norm_rope(q, k, nq.weight, nk.weight, 1e-5, cos, sin))
+    cfgs = [("rows", 32, 8), ("rows", 16, 4), ("rows", 64, 8), ("token", 1, 8), ("token", 1, 4), ("token", 2, 8),
+            ("token", 4, 8)]
+    if S != 37760:
+        cfgs = [(qr.CONFIG["variant"], qr.CONFIG["BLOCK"], qr.CONFIG["num_warps"])]
+    for var, blk, nw in cfgs:
+        qr.CONFIG.update(variant=var, BLOCK=blk, num_warps=nw)
+        sweep[f"variant={var},BLOCK={blk},num_warps={nw}"] = timed(
+            lambda: qr.qk_norm_rope(q, k, nq.weight, nk.weight, 1e-5, cos, sin))
     best = min(sweep, key=sweep.get)
-    bt, nw = (int(p.split("=")[1]) for p in best.split(","))
-    qr.CONFIG.update(BLOCK_T=bt, num_warps=nw)
+    var, blk, nw = (p.split("=")[1] for p in best.split(","))
+    qr.CONFIG.update(variant=var, BLOCK=int(blk), num_warps=int(nw))
     floor = (4 * q.numel() * 2 + 2 * cos.numel() * 4) / (RESULTS["ceilings"]["copy_GBps"] * 1e9) * 1e3
     r.update(triton_ms=sweep[best], sweep=sweep, best=best, floor_ms=floor, pct_of_floor=floor / sweep[best],
              speedup_vs_compile=r["compile_ms"] / sweep[best], speedup_vs_eager=r["eager_ms"] / sweep[best])
@@ -266,10 +270,20 @@ def bench_sparse(S, keep=0.1, sweep_configs=True):
     r["select_parts_ms"] = {
         "pool": timed(lambda: bsa._tile_means_triton(q, k, video_start, S, 64)),
         "scores": timed(lambda: torch.matmul(qm, km.transpose(-1, -2))),
-        "topk": timed(lambda: torch.topk(sc, ti.shape[-1], dim=-1, sorted=False)),
+        "topk_torch": timed(lambda: torch.topk(sc, ti.shape[-1], dim=-1, sorted=False)),
+        "topk_triton": timed(lambda: bsa._topk_triton(sc, ti.shape[-1])),
         "sort": timed(lambda: torch.sort(tk, dim=-1)),
     }
-    configs = [(4, 3, 1), (4, 4, 1), (4, 2, 1), (8, 3, 1), (8, 4, 1)] if sweep_configs else [None]
+    tk_sweep = {}
+    for rows, nw in ((1, 4), (2, 4), (1, 8), (4, 8)):
+        bsa.TOPK_CONFIG.update(ROWS=rows, num_warps=nw)
+        tk_sweep[f"ROWS={rows},num_warps={nw}"] = timed(lambda: bsa._topk_triton(sc, ti.shape[-1]))
+    tk_best = min(tk_sweep, key=tk_sweep.get)
+    rows, nw = (int(p.split("=")[1]) for p in tk_best.split(","))
+    bsa.TOPK_CONFIG.update(ROWS=rows, num_warps=nw)
+    r["topk_sweep"] = tk_sweep
+    r["select_ms"] = timed(lambda: bsa.select_tiles(q, k, video_start, S, keep))  # with the best top-k config
+    configs = [(4, 3, 1), (4, 4, 1), (4, 2, 1), (8, 3, 1)] if sweep_configs else [None]
     sweep = {}
     out = torch.empty_like(q)
     for cfg in configs:
@@ -420,7 +434,8 @@ def main(argv=None):
     from kernels import block_sparse_attn, norm_modulate, qk_norm_rope, residual_gate
 
     RESULTS["chosen_configs"] = {"norm_modulate": norm_modulate.CONFIG, "qk_norm_rope": qk_norm_rope.CONFIG,
-                                 "residual_gate": residual_gate.CONFIG, "block_sparse_attn": block_sparse_attn.CONFIG}
+                                 "residual_gate": residual_gate.CONFIG, "block_sparse_attn": block_sparse_attn.CONFIG,
+                                 "topk": block_sparse_attn.TOPK_CONFIG}
     save(args.out)
     log("done")
 

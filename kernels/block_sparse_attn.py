@@ -28,7 +28,8 @@ import torch
 from ._common import HAS_TRITON, KernelUnavailable, interpret_mode, jit_cache_size, tl, triton
 
 # Launch configuration of the attention kernel; bench/kernels.py sweeps it on the H200.
-CONFIG = {"num_warps": 4, "num_stages": 3, "kv_tiles": 2}
+CONFIG = {"num_warps": 4, "num_stages": 3, "kv_tiles": 1}
+TOPK_CONFIG = {"ROWS": 1, "num_warps": 4}
 
 __all__ = [
     "KernelUnavailable",
@@ -86,8 +87,12 @@ def _tile_means_reference(x: torch.Tensor, video_start: int, valid_len: int, til
     return (sums / counts[None, :, None, None]).permute(0, 2, 1, 3).contiguous()
 
 
-def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float) -> torch.Tensor:
-    """Scores q_mean . k_mean^T / sqrt(D) and the top-k key tiles per query tile, ascending. -> `[B, H, n, k]` long."""
+def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float, topk=None) -> torch.Tensor:
+    """Scores q_mean . k_mean^T / sqrt(D) and the top-k key tiles per query tile, ascending. -> `[B, H, n, k]` long.
+
+    `topk(scores, k)` returns ascending indices; default torch.topk + sort (the reference), the Triton radix
+    select on the GPU path.
+    """
     n, D = qm.shape[-2], qm.shape[-1]
     k_keep = num_keep_tiles(n, keep_ratio)
     if n == 0:
@@ -96,6 +101,8 @@ def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float) -> torch.
     if k_keep == n:
         idx = torch.arange(n, device=qm.device).expand(*qm.shape[:2], n, n)
         return idx.contiguous()
+    if topk is not None:
+        return topk(scores, k_keep)
     idx = torch.topk(scores, k_keep, dim=-1, sorted=False).indices
     # Ascending order walks K/V forwards in memory; the set, not the order, defines the op.
     return torch.sort(idx, dim=-1).values
@@ -135,6 +142,52 @@ if HAS_TRITON:
         tl.store(KM + out, ks / cnt)
 
 
+if HAS_TRITON:
+
+    @triton.jit(do_not_specialize=["n", "k_keep", "n_rows"])
+    def _topk_kernel(SC, OUT, n, k_keep, n_rows, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+        # Exact top-k of each score row by a 32-step radix select on order-preserving uint32 keys, then a
+        # cumsum compaction: the kept tile numbers come out ascending, so no sort is needed. Ties at the
+        # threshold are taken in index order.
+        offs = tl.arange(0, BLOCK)
+        valid = offs < n
+        for r in tl.static_range(ROWS):
+            row = tl.program_id(0) * ROWS + r
+            if row < n_rows:
+                row64 = row.to(tl.int64)
+                x = tl.load(SC + row64 * n + offs, mask=valid, other=0.0)
+                one = tl.full([], 1, tl.uint32)
+                sign = one << 31
+                bits = x.to(tl.uint32, bitcast=True)
+                key = tl.where((bits & sign) != 0, ~bits, bits | sign)
+                key = tl.where(valid, key, tl.zeros_like(key))  # padding ranks below every finite score
+                prefix = tl.zeros([], tl.uint32)
+                for i in tl.static_range(32):
+                    cand = prefix | (one << (31 - i))
+                    cnt = tl.sum((key >= cand).to(tl.int32), axis=0)
+                    prefix = tl.where(cnt >= k_keep, cand, prefix)
+                gt = key > prefix
+                n_gt = tl.sum(gt.to(tl.int32), axis=0)
+                eq = (key == prefix) & valid
+                eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
+                take = gt | (eq & (eq_rank <= k_keep - n_gt))
+                pos = tl.cumsum(take.to(tl.int32), axis=0) - 1
+                tl.store(OUT + row64 * k_keep + pos, offs.to(tl.int64), mask=take)
+
+
+def _topk_triton(scores: torch.Tensor, k_keep: int) -> torch.Tensor:
+    """Ascending indices of the k largest entries of each row of scores `[..., n]` (fp32) -> `[..., k]` long."""
+    n = scores.shape[-1]
+    flat = scores.reshape(-1, n).contiguous()
+    out = torch.empty(flat.shape[0], k_keep, dtype=torch.long, device=scores.device)
+    rows = TOPK_CONFIG["ROWS"]
+    _topk_kernel[(triton.cdiv(flat.shape[0], rows),)](
+        flat, out, n, k_keep, flat.shape[0], BLOCK=max(16, triton.next_power_of_2(n)), ROWS=rows,
+        num_warps=TOPK_CONFIG["num_warps"],
+    )
+    return out.view(*scores.shape[:-1], k_keep)
+
+
 def _tile_means_triton(q, k, video_start: int, valid_len: int, tile: int):
     B, S, H, D = q.shape
     n = num_video_tiles(video_start, valid_len, tile)
@@ -164,7 +217,7 @@ def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile
         if k.stride(-1) != 1:
             k = k.contiguous()
         qm, km = _tile_means_triton(q, k, video_start, valid_len, tile)
-        return _topk_tiles(qm, km, keep_ratio)
+        return _topk_tiles(qm, km, keep_ratio, topk=_topk_triton)
     return select_tiles_reference(q, k, video_start, valid_len, keep_ratio, tile)
 
 
@@ -320,7 +373,7 @@ def kernel_compile_count() -> int:
     """Distinct Triton specialisations compiled in-process by this module (0 under the interpreter)."""
     if not HAS_TRITON:
         return 0
-    return jit_cache_size(_bsa_fwd_kernel) + jit_cache_size(_tile_mean_kernel)
+    return jit_cache_size(_bsa_fwd_kernel) + jit_cache_size(_tile_mean_kernel) + jit_cache_size(_topk_kernel)
 
 
 def _triton_path(x: torch.Tensor) -> bool:

@@ -10,9 +10,9 @@ diffusers' `_apply_rotary_emb` (rotate-half over the leading R = cos.shape[-1] c
 
 R = 96 of D = 128 on the released model (3 axes x 16 freqs x 2), 24 of 32 on the nano model.
 
-One program handles whole tokens (all heads): the two rotate-half halves and the pass-through channels are loaded
-as three separate tiles, so the rotation needs no register shuffles and no channel is read twice, and cos/sin are
-read once per token. HBM traffic is one read and one write of q and k plus the small cos/sin table.
+The rotate-half partner of channel d comes from a second, L1-resident read of the same row, so the kernel needs no
+register shuffles: HBM traffic is one read and one write of q and k plus the small cos/sin table. Two tilings:
+flattened (token, head) rows, or whole tokens (cos/sin read once per token); bench/kernels.py picks on the H200.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import torch
 
 from ._common import HAS_TRITON, next_pow2, require_triton, tl, triton, use_triton
 
-CONFIG = {"BLOCK_T": 1, "num_warps": 4}
+# variant "rows": BLOCK (token, head) rows per program; "token": BLOCK whole tokens per program.
+CONFIG = {"variant": "rows", "BLOCK": 32, "num_warps": 8}
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -52,76 +53,98 @@ def qk_norm_rope_reference(q, k, q_weight, k_weight, eps, cos, sin):
 if HAS_TRITON:
 
     @triton.jit
-    def _norm_rope_token(X, W, Y, COS, SIN, tok, s, H, stride_xs, stride_xh, eps,
-                         D: tl.constexpr, HALF: tl.constexpr, HB: tl.constexpr, REST: tl.constexpr,
-                         RB: tl.constexpr, BLOCK_H: tl.constexpr, HAS_W: tl.constexpr):
-        # One token, all heads: tiles [BLOCK_H, HB] for the two rotate-half halves and [BLOCK_H, RB] for the
-        # pass-through channels. cos/sin are read once per token and broadcast over heads; no channel is read twice.
-        offs_h = tl.arange(0, BLOCK_H)
-        offs_r = tl.arange(0, HB)
-        hmask = (offs_h < H)[:, None]
-        rmask = offs_r < HALF
-        m_rot = hmask & rmask[None, :]
-        base = X + tok * stride_xs + offs_h[:, None] * stride_xh
-        x1 = tl.load(base + offs_r[None, :], mask=m_rot, other=0.0).to(tl.float32)
-        x2 = tl.load(base + HALF + offs_r[None, :], mask=m_rot, other=0.0).to(tl.float32)
-        ss = tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)
-        if REST > 0:
-            offs_p = tl.arange(0, RB)
-            m_pass = hmask & (offs_p < REST)[None, :]
-            x3 = tl.load(base + 2 * HALF + offs_p[None, :], mask=m_pass, other=0.0).to(tl.float32)
-            ss += tl.sum(x3 * x3, axis=1)
-        rstd = tl.rsqrt(ss / D + eps)[:, None]
+    def _rows_tile(X, W, Y, COS, SIN, rows, rmask, S, H, stride_xs, stride_xh, eps,
+                   D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr):
+        # rows index flattened (b*S + s)*H + h: a [BLOCK_R, D] tile of (token, head) rows; cos/sin gathered per row.
+        offs_d = tl.arange(0, D)
+        rows = rows.to(tl.int64)  # a fused-QKV token stride x 104k tokens passes 2**31 elements
+        tok = rows // H
+        xrow = tok * stride_xs + (rows % H) * stride_xh
+        m2 = rmask[:, None]
+        x = tl.load(X + xrow[:, None] + offs_d[None, :], mask=m2, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)
         if HAS_W:
-            w1 = tl.load(W + offs_r, mask=rmask, other=0.0).to(tl.float32)[None, :]
-            w2 = tl.load(W + HALF + offs_r, mask=rmask, other=0.0).to(tl.float32)[None, :]
+            w = tl.load(W + offs_d).to(tl.float32)
         else:
-            w1 = 1.0
-            w2 = 1.0
-        n1 = x1 * rstd * w1
-        n2 = x2 * rstd * w2
-        if HALF > 0:
-            crow = COS + s * (2 * HALF)
-            srow = SIN + s * (2 * HALF)
-            c1 = tl.load(crow + offs_r, mask=rmask, other=1.0)[None, :]
-            c2 = tl.load(crow + HALF + offs_r, mask=rmask, other=1.0)[None, :]
-            s1 = tl.load(srow + offs_r, mask=rmask, other=0.0)[None, :]
-            s2 = tl.load(srow + HALF + offs_r, mask=rmask, other=0.0)[None, :]
-            o1 = n1 * c1 - n2 * s1
-            o2 = n2 * c2 + n1 * s2
-        else:
-            o1 = n1
-            o2 = n2
-        obase = Y + tok * (D * H) + offs_h[:, None] * D
-        tl.store(obase + offs_r[None, :], o1.to(Y.dtype.element_ty), mask=m_rot)
-        tl.store(obase + HALF + offs_r[None, :], o2.to(Y.dtype.element_ty), mask=m_rot)
-        if REST > 0:
+            w = tl.full([D], 1.0, tl.float32)
+        n = x * rstd[:, None] * w[None, :]
+        if R > 0:
+            HALF: tl.constexpr = R // 2
+            in_rot = offs_d < R
+            partner = tl.where(offs_d < HALF, offs_d + HALF, tl.where(in_rot, offs_d - HALF, offs_d))
+            sign = tl.where(offs_d < HALF, -1.0, 1.0)
+            # The rotate-half partner is a second read of the same row: an L1 hit, no cross-lane shuffle.
+            xp = tl.load(X + xrow[:, None] + partner[None, :], mask=m2, other=0.0).to(tl.float32)
             if HAS_W:
-                w3 = tl.load(W + 2 * HALF + offs_p, mask=offs_p < REST, other=0.0).to(tl.float32)[None, :]
+                wp = tl.load(W + partner).to(tl.float32)
             else:
-                w3 = 1.0
-            tl.store(obase + 2 * HALF + offs_p[None, :], (x3 * rstd * w3).to(Y.dtype.element_ty), mask=m_pass)
+                wp = tl.full([D], 1.0, tl.float32)
+            npart = xp * rstd[:, None] * wp[None, :]
+            cmask = m2 & in_rot[None, :]
+            coff = (tok % S)[:, None] * R + offs_d[None, :]
+            c = tl.load(COS + coff, mask=cmask, other=1.0)
+            sn = tl.load(SIN + coff, mask=cmask, other=0.0)
+            n = n * c + (sign[None, :] * npart) * sn
+        tl.store(Y + rows[:, None] * D + offs_d[None, :], n.to(Y.dtype.element_ty), mask=m2)
 
     @triton.jit
+    def _token_tile(X, W, Y, COS, SIN, tok, H, stride_xs, stride_xh, eps, s,
+                    D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr, BLOCK_H: tl.constexpr):
+        # One token, all heads: a [BLOCK_H, D] tile; cos/sin read once per token as [D] vectors.
+        offs_d = tl.arange(0, D)
+        offs_h = tl.arange(0, BLOCK_H)
+        m2 = (offs_h < H)[:, None]
+        base = X + tok * stride_xs + offs_h[:, None] * stride_xh
+        x = tl.load(base + offs_d[None, :], mask=m2, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)[:, None]
+        if HAS_W:
+            w = tl.load(W + offs_d).to(tl.float32)
+        else:
+            w = tl.full([D], 1.0, tl.float32)
+        n = x * rstd * w[None, :]
+        if R > 0:
+            HALF: tl.constexpr = R // 2
+            in_rot = offs_d < R
+            partner = tl.where(offs_d < HALF, offs_d + HALF, tl.where(in_rot, offs_d - HALF, offs_d))
+            sign = tl.where(offs_d < HALF, -1.0, 1.0)
+            xp = tl.load(base + partner[None, :], mask=m2, other=0.0).to(tl.float32)
+            if HAS_W:
+                wp = tl.load(W + partner).to(tl.float32)
+            else:
+                wp = tl.full([D], 1.0, tl.float32)
+            c = tl.load(COS + s * R + offs_d, mask=in_rot, other=1.0)
+            sn = tl.load(SIN + s * R + offs_d, mask=in_rot, other=0.0) * sign
+            n = n * c[None, :] + (xp * rstd * wp[None, :]) * sn[None, :]
+        tl.store(Y + tok * (H * D) + offs_h[:, None] * D + offs_d[None, :], n.to(Y.dtype.element_ty), mask=m2)
+
+    @triton.jit(do_not_specialize=["n_tok", "S"])  # prompt lengths must not recompile
     def _qk_norm_rope_kernel(
         Q, K, WQ, WK, QO, KO, COS, SIN,
         n_tok, S, H, stride_qs, stride_qh, stride_ks, stride_kh, eps,
-        D: tl.constexpr, HALF: tl.constexpr, HB: tl.constexpr, REST: tl.constexpr, RB: tl.constexpr,
-        BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, HAS_W: tl.constexpr,
+        D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr, PER_TOKEN: tl.constexpr, BLOCK: tl.constexpr,
+        BLOCK_H: tl.constexpr,
     ):
-        # Grid (token blocks, 2): axis 1 picks q (0) or k (1), so both tensors go in one launch.
+        # Axis 1 picks q (0) or k (1): one launch for both tensors. PER_TOKEN: BLOCK tokens per program, each a
+        # [BLOCK_H, D] tile; else BLOCK flattened (token, head) rows per program.
         pid = tl.program_id(0)
         which = tl.program_id(1)
-        for i in tl.static_range(BLOCK_T):
-            tok = (pid * BLOCK_T + i).to(tl.int64)  # a fused-QKV token stride x 104k tokens passes 2**31
-            if tok < n_tok:
-                s = tok % S
-                if which == 0:
-                    _norm_rope_token(Q, WQ, QO, COS, SIN, tok, s, H, stride_qs, stride_qh, eps,
-                                     D, HALF, HB, REST, RB, BLOCK_H, HAS_W)
-                else:
-                    _norm_rope_token(K, WK, KO, COS, SIN, tok, s, H, stride_ks, stride_kh, eps,
-                                     D, HALF, HB, REST, RB, BLOCK_H, HAS_W)
+        if PER_TOKEN:
+            for i in tl.static_range(BLOCK):
+                tok = (pid * BLOCK + i).to(tl.int64)
+                if tok < n_tok:
+                    if which == 0:
+                        _token_tile(Q, WQ, QO, COS, SIN, tok, H, stride_qs, stride_qh, eps, tok % S, D, R, HAS_W,
+                                    BLOCK_H)
+                    else:
+                        _token_tile(K, WK, KO, COS, SIN, tok, H, stride_ks, stride_kh, eps, tok % S, D, R, HAS_W,
+                                    BLOCK_H)
+        else:
+            rows = pid * BLOCK + tl.arange(0, BLOCK)
+            rmask = rows < n_tok * H
+            if which == 0:
+                _rows_tile(Q, WQ, QO, COS, SIN, rows, rmask, S, H, stride_qs, stride_qh, eps, D, R, HAS_W)
+            else:
+                _rows_tile(K, WK, KO, COS, SIN, rows, rmask, S, H, stride_ks, stride_kh, eps, D, R, HAS_W)
 
 
 def _flat_rows_ok(x: torch.Tensor) -> bool:
@@ -156,14 +179,14 @@ def _qk_norm_rope_triton(q, k, q_weight, k_weight, eps, cos, sin, out=None):
     wq = q_weight.contiguous() if has_w else q
     wk = k_weight.contiguous() if has_w else k
     n_tok = B * S
-    half = R // 2
-    rest = D - R
-    bt = CONFIG["BLOCK_T"]
-    _qk_norm_rope_kernel[(triton.cdiv(n_tok, bt), 2)](
+    per_token = CONFIG["variant"] == "token"
+    blk = CONFIG["BLOCK"]
+    n_prog = triton.cdiv(n_tok, blk) if per_token else triton.cdiv(n_tok * H, blk)
+    _qk_norm_rope_kernel[(n_prog, 2)](
         q, k, wq, wk, qo, ko, cos, sin,
         n_tok, S, H, q.stride(1), q.stride(2), k.stride(1), k.stride(2), float(eps),
-        D=D, HALF=half, HB=next_pow2(max(half, 1)), REST=rest, RB=next_pow2(max(rest, 1)),
-        BLOCK_H=next_pow2(H), BLOCK_T=bt, HAS_W=has_w, num_warps=CONFIG["num_warps"],
+        D=D, R=R, HAS_W=has_w, PER_TOKEN=per_token, BLOCK=blk, BLOCK_H=next_pow2(H),
+        num_warps=CONFIG["num_warps"],
     )
     return qo, ko
 

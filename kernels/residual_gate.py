@@ -32,7 +32,7 @@ def residual_gate_reference(x: torch.Tensor, gate_table: torch.Tensor, idx: torc
 
 if HAS_TRITON:
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["S"])  # prompt lengths must not recompile
     def _residual_gate_kernel(
         X, G, IDX, H, OUT,
         S, C, stride_xb, stride_xs, stride_hb, stride_hs, stride_ob, stride_os, stride_g,

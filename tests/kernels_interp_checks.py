@@ -93,7 +93,11 @@ def _():
     from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed, _apply_rotary_emb
 
     out = []
-    for D, freq in ((32, 4), (128, 16)):  # nano (24 of 32 rotated) and full size (96 of 128)
+    from kernels import qk_norm_rope as qr
+
+    cases = [(D, f, v) for D, f in ((32, 4), (128, 16)) for v in (("rows", 32), ("token", 2))]
+    for D, freq, (variant, block) in cases:  # nano (24 of 32 rotated) and full size (96 of 128), both tilings
+        qr.CONFIG.update(variant=variant, BLOCK=block)
         B, S, H = 2, 9, 3
         rope = MiniMaxH3RotaryPosEmbed(rope_freq_dim=freq)
         cos, sin = rope(torch.randint(0, 50, (S, 3)).double())
@@ -143,6 +147,21 @@ def _():
         assert (chosen >= kth - 1e-5).all()
         out.append(list(got.shape))
     return out
+
+
+@check("topk_radix_select")
+def _():
+    for n, k_, rows in ((583, 59, 1), (20, 3, 2), (16, 16, 1), (7, 1, 3), (100, 37, 4)):
+        bsa.TOPK_CONFIG["ROWS"] = rows
+        sc = fresh(2, 3, 5, n)
+        got = bsa._topk_triton(sc, k_)
+        ref = torch.sort(torch.topk(sc, k_, dim=-1).indices, -1).values
+        assert torch.equal(got, ref), (n, k_, rows)
+    tie = torch.zeros(1, 1, 2, 10)
+    tie[..., 3] = 1.0
+    assert bsa._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]]  # ties at the threshold: index order
+    bsa.TOPK_CONFIG["ROWS"] = 1
+    return "exact"
 
 
 def _dense_valid(q, k, v, valid_len):

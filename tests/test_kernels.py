@@ -31,6 +31,7 @@ INTERP_CHECKS = [
     "residual_gate",
     "qk_norm_rope",
     "select_tiles",
+    "topk_radix_select",
     "attention_keep1_equals_dense",
     "attention_sparse_vs_reference",
     "attention_padding_exact",
