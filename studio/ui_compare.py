@@ -1,0 +1,292 @@
+"""The compare view's data: frames of both clips in lockstep, per-frame metrics, overlays, summary and gates.
+
+Nothing here invents a number. Per-frame series and gates come from the pair's stored quality summary (made by
+studio/quality); heatmaps and ghost overlays are rendered by studio/quality from the two decoded frames. When the
+quality module (or one of its functions) is missing, the panel says "… not yet available" instead.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from studio.media_views import ClipCache, DecodedClip, display_frame
+
+# Per-frame series the plots know, in display order: (key in the summary, label, unit, worse is higher?).
+SERIES = (
+    ("psnr", "PSNR", "dB", False),
+    ("ssim", "SSIM", "", False),
+    ("lpips", "LPIPS", "", True),
+    ("ghost", "ghost score", "", True),
+)
+# Names the quality module may give a per-frame series; the first one found wins.
+SERIES_ALIASES = {
+    "psnr": ("psnr", "psnr_db"),
+    "ssim": ("ssim",),
+    "lpips": ("lpips",),
+    "ghost": ("ghost", "ghost_score", "ghosting", "ghost_scores"),
+}
+NOT_AVAILABLE = "not yet available"
+
+
+# ------------------------------------------------------------------------------------------ per frame
+
+
+@dataclass(frozen=True)
+class FrameSeries:
+    """Per-frame metric series of one pair: key → list of floats (None where a frame has no value)."""
+
+    values: dict[str, list[float | None]]
+
+    @property
+    def frames(self) -> int:
+        return max((len(v) for v in self.values.values()), default=0)
+
+    def at(self, frame: int) -> dict[str, float | None]:
+        return {key: (series[frame] if frame < len(series) else None) for key, series in self.values.items()}
+
+    def worst(self, key: str, lo: int = 0, hi: int | None = None) -> int | None:
+        """The frame in [lo, hi] where ``key`` is worst (highest ghost/LPIPS, lowest PSNR/SSIM)."""
+        series = self.values.get(key)
+        if not series:
+            return None
+        hi = len(series) - 1 if hi is None else min(hi, len(series) - 1)
+        higher_is_worse = next(worse for k, _, _, worse in SERIES if k == key)
+        scored = [(v if higher_is_worse else -v, i) for i, v in enumerate(series) if lo <= i <= hi and _finite(v)]
+        return max(scored)[1] if scored else None
+
+    def default_worst_key(self) -> str | None:
+        """Ghost score first: ghosting is the failure the numerical gates miss."""
+        for key in ("ghost", "lpips", "ssim", "psnr"):
+            if self.values.get(key):
+                return key
+        return None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Long-format rows (frame, metric, value) for the native line plots."""
+        rows = []
+        for key, label, unit, _ in SERIES:
+            for index, value in enumerate(self.values.get(key, [])):
+                if _finite(value):
+                    rows.append({"frame": index, "metric": f"{label} ({unit})" if unit else label, "value": value})
+        return rows
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def frame_series(metrics: dict[str, Any] | None) -> FrameSeries:
+    """Per-frame series from a stored summary, whatever container the quality module chose:
+    ``per_frame`` as {name: [values]} or as [{name: value, ...}, ...], plus a ghost block with its own
+    per-frame list."""
+    if not metrics:
+        return FrameSeries({})
+    found: dict[str, list] = {}
+    per_frame = metrics.get("per_frame")
+    if isinstance(per_frame, dict):
+        found.update({k: v for k, v in per_frame.items() if isinstance(v, list)})
+    elif isinstance(per_frame, list) and per_frame and isinstance(per_frame[0], dict):
+        names = {k for row in per_frame for k in row}
+        found.update({k: [row.get(k) for row in per_frame] for k in names})
+    for block_name in ("ghost", "ghosting"):
+        block = metrics.get(block_name)
+        if isinstance(block, dict):
+            for key in ("per_frame", "scores", "per_frame_scores"):
+                if isinstance(block.get(key), list):
+                    found.setdefault("ghost", block[key])
+    values = {}
+    for key, aliases in SERIES_ALIASES.items():
+        for alias in aliases:
+            series = found.get(alias)
+            if isinstance(series, list) and series and all(v is None or _finite(v) for v in series):
+                values[key] = [None if v is None else float(v) for v in series]
+                break
+    return FrameSeries(values)
+
+
+# ------------------------------------------------------------------------------------------ overlays
+
+
+class Overlays:
+    """Heatmap and ghost overlay of one frame pair, rendered by the quality module when it offers them."""
+
+    def __init__(self, quality_loader):
+        self._quality_loader = quality_loader
+
+    def _function(self, name: str):
+        quality = self._quality_loader()
+        return getattr(quality, name, None) if quality is not None else None
+
+    def diff_heatmap(self, baseline: DecodedClip, candidate: DecodedClip, frame: int) -> tuple[np.ndarray | None, str]:
+        render = self._function("render_diff_heatmap")
+        if render is None:
+            return None, f"Absolute-difference heatmap {NOT_AVAILABLE} (studio.quality.render_diff_heatmap)."
+        return self._call(render, "difference heatmap", baseline.frames[frame], candidate.frames[frame])
+
+    def ghost_overlay(self, baseline: DecodedClip, candidate: DecodedClip, frame: int) -> tuple[np.ndarray | None, str]:
+        render = self._function("render_ghost_overlay")
+        if render is None:
+            return None, f"Ghosting overlay {NOT_AVAILABLE} (studio.quality.render_ghost_overlay)."
+        return self._call(render, "ghost overlay", baseline.frames[frame], candidate.frames[frame])
+
+    @staticmethod
+    def _call(render, what: str, *frames: np.ndarray) -> tuple[np.ndarray | None, str]:
+        try:
+            image = np.asarray(render(*frames))
+        except Exception as error:  # noqa: BLE001 - a young quality module must not break the compare view
+            return None, f"The {what} failed: {type(error).__name__}: {html.escape(str(error))}"
+        if image.dtype != np.uint8:
+            image = np.clip(image * (255 if image.max() <= 1.0 else 1), 0, 255).astype(np.uint8)
+        return display_frame(image), ""
+
+
+# ------------------------------------------------------------------------------------------ frames
+
+
+class PairFrames:
+    """Both decoded clips of a pair, read through the shared ClipCache."""
+
+    def __init__(self, cache: ClipCache, pair):
+        self.pair = pair
+        self.baseline = cache.get(pair.baseline.clip_sha, pair.baseline.clip_path)
+        self.candidate = cache.get(pair.candidate.clip_sha, pair.candidate.clip_path)
+
+    @property
+    def frames(self) -> int:
+        """Frames both clips have (equal for a same-seed pair; the minimum if a clip is short)."""
+        return min(len(self.baseline.frames), len(self.candidate.frames))
+
+    def clamp(self, frame: Any) -> int:
+        try:
+            index = int(frame or 0)
+        except (TypeError, ValueError):
+            index = 0
+        return max(0, min(self.frames - 1, index))
+
+    def pictures(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
+        return display_frame(self.baseline.frames[frame]), display_frame(self.candidate.frames[frame])
+
+
+def pair_ready(pair) -> bool:
+    """Both clips exist: the compare view has something to show."""
+    return bool(pair and pair.baseline and pair.candidate and pair.baseline.clip_path and pair.candidate.clip_path)
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if _finite(value):
+        return f"{value:.{digits}g}"
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(_finite(v) for v in value):
+        return f"{value[0]:.{digits}g} – {value[1]:.{digits}g}"
+    return html.escape(str(value))
+
+
+def gates_of(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """Gates as rows {name, passed, value, threshold}, from a {name: {...}} mapping or a list of dicts."""
+    gates = metrics.get("gates")
+    rows = []
+    if isinstance(gates, dict):
+        for name, gate in gates.items():
+            gate = gate if isinstance(gate, dict) else {"passed": gate}
+            rows.append({"name": name, **gate})
+    elif isinstance(gates, list):
+        rows = [dict(g) for g in gates if isinstance(g, dict)]
+    for row in rows:
+        passed = row.get("passed", row.get("pass", row.get("ok")))
+        row["passed"] = passed if isinstance(passed, bool) else None
+        row.setdefault("name", row.get("gate", "?"))
+    return rows
+
+
+def suggestion_of(metrics: dict[str, Any]) -> tuple[str | None, str]:
+    """The quality module's suggested verdict and its reason, if it made one."""
+    for key in ("suggested_verdict", "suggestion", "verdict_suggestion", "suggested"):
+        value = metrics.get(key)
+        if isinstance(value, dict):
+            return (str(value.get("decision") or value.get("verdict") or "") or None,
+                    str(value.get("reason") or value.get("reasons") or ""))
+        if isinstance(value, str) and value:
+            return value, str(metrics.get("suggestion_reason") or metrics.get("reason") or "")
+    return None, ""
+
+
+SUMMARY_SKIP = {"per_frame", "gates", "overlays", "ghost", "suggested_verdict", "suggestion", "verdict_suggestion",
+                "suggested", "suggestion_reason", "error"}
+
+
+def quality_html(pair) -> str:
+    """Summary numbers, gates and the suggested verdict, labelled as a machine suggestion."""
+    status, message = pair.metrics_status, pair.metrics_message
+    if status != "ok" or not pair.metrics:
+        note = {"unavailable": f"Quality metrics {NOT_AVAILABLE}.",
+                "pending": "Quality metrics are computed once both clips exist.",
+                "not computed": "Quality metrics were not computed for this pair yet (use “Compute metrics”).",
+                "error": f"The quality comparison failed: {html.escape(message)}"}.get(status, html.escape(message))
+        return f'<div class="h3-panel"><b>Quality summary</b><p>{note}</p></div>'
+    metrics = pair.metrics
+    scalars = [(k, v) for k, v in metrics.items() if k not in SUMMARY_SKIP and not isinstance(v, (dict, list))]
+    ghost = metrics.get("ghost") if isinstance(metrics.get("ghost"), dict) else {}
+    scalars += [(f"ghost {k}", v) for k, v in ghost.items() if not isinstance(v, (dict, list))]
+    cells = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{_fmt(v)}</td></tr>" for k, v in scalars)
+    gate_rows = "".join(_gate_row(g) for g in gates_of(metrics))
+    gates = (f"<table class='h3-table'><tr><th>gate</th><th>result</th><th>value</th><th>threshold</th></tr>"
+             f"{gate_rows}</table>") if gate_rows else "<p>No gates in the quality summary.</p>"
+    return (f'<div class="h3-panel"><b>Quality summary</b> (from the stored clips)'
+            f"<table class='h3-table'>{cells}</table><b>Gates</b>{gates}{suggestion_html(metrics)}</div>")
+
+
+def _gate_row(gate: dict[str, Any]) -> str:
+    passed = gate["passed"]
+    mark = {True: "<span class='h3-pass'>pass</span>", False: "<span class='h3-fail'>FAIL</span>"}.get(passed, "—")
+    threshold = next((gate[k] for k in ("threshold", "limit", "range", "bounds") if k in gate), "")
+    value = gate.get("value", gate.get("measured", ""))
+    return (f"<tr><td>{html.escape(str(gate['name']))}</td><td>{mark}</td><td>{_fmt(value)}</td>"
+            f"<td>{_fmt(threshold)}</td></tr>")
+
+
+def suggestion_html(metrics: dict[str, Any]) -> str:
+    decision, reason = suggestion_of(metrics)
+    if decision is None:
+        return "<p class='h3-suggestion'>No suggested verdict in the quality summary.</p>"
+    return (f"<div class='h3-suggestion'><b>Suggested by the metrics (not a verdict):</b> "
+            f"{html.escape(decision)}{' — ' + html.escape(reason) if reason else ''}<br>"
+            f"<small>Metrics passed the ghosted sparse clip before; only a reviewer's verdict in the Review tab "
+            f"counts.</small></div>")
+
+
+def frame_readout(series: FrameSeries, frame: int, frames: int, fps: float) -> str:
+    """“frame 37 / 123 · 1.56 s · PSNR … · SSIM … · ghost …” for the slider's frame."""
+    values = series.at(frame)
+    parts = [f"<b>frame {frame}</b> / {frames - 1}", f"{(frame + 0.5) / fps:.3f} s"]
+    for key, label, unit, _ in SERIES:
+        if key in values and _finite(values[key]):
+            worst = series.worst(key)
+            parts.append(f"{label} {values[key]:.4g}{' ' + unit if unit else ''}"
+                         f"{' <b>(worst)</b>' if worst == frame else ''}")
+    if len(parts) == 2:
+        parts.append(f"per-frame metrics {NOT_AVAILABLE}")
+    return "<div class='h3-readout'>" + " · ".join(parts) + "</div>"
+
+
+def worst_frames_table(series: FrameSeries, key: str | None, count: int = 10) -> list[list[Any]]:
+    """The ``count`` worst frames by ``key`` with every series' value, for a clickable table."""
+    if key is None or not series.values.get(key):
+        return []
+    higher_is_worse = next(worse for k, _, _, worse in SERIES if k == key)
+    indexed = [(v, i) for i, v in enumerate(series.values[key]) if _finite(v)]
+    indexed.sort(reverse=higher_is_worse)
+    rows = []
+    for _, index in indexed[:count]:
+        values = series.at(index)
+        rows.append([index] + [None if not _finite(values.get(k)) else round(values[k], 4)
+                               for k, _, _, _ in SERIES if k in series.values])
+    return rows
