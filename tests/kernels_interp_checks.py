@@ -13,6 +13,7 @@ os.environ["H3_KERNELS_INTERPRET"] = "1"
 
 import json  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 
 import torch  # noqa: E402
@@ -33,9 +34,10 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def check(name):
     def deco(fn):
+        t0 = time.time()
         try:
             detail = fn()
-            RESULTS[name] = [True, detail]
+            RESULTS[name] = [True, detail, round(time.time() - t0, 2)]
         except Exception as exc:  # report, keep going
             RESULTS[name] = [False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"]
         return fn
