@@ -30,6 +30,7 @@ from studio.ui_compare import (
     frame_readout,
     frame_series,
     pair_ready,
+    NOT_AVAILABLE,
     quality_html,
     suggestion_html,
     worst_frames_table,
@@ -82,7 +83,7 @@ def build_ui(service: StudioService) -> gr.Blocks:
         status = gr.HTML(_status_html(service), js_on_load=None)
         with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
-                generate = _build_generate_tab(service)
+                generate = _build_generate_tab(service, media)
             with gr.Tab("Compare", id="compare"):
                 compare = _build_compare_tab(service, clips, media, overlays)
             with gr.Tab("Review", id="review"):
@@ -158,46 +159,47 @@ def _tier_card(rows: list[dict[str, Any]], name: str | None, duration: float) ->
             f"<th>steps</th><th>status</th><th>available</th></tr>{''.join(lines)}</table>")
 
 
-def _build_generate_tab(service: StudioService) -> dict[str, Any]:
+def _build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, Any]:
     options = _options(service)
     with gr.Row():
         with gr.Column(scale=3):
             prompt = gr.Textbox(label="Prompt", lines=3, placeholder="A red kite dips over a windy beach at dusk…",
                                 elem_id="h3-prompt")
-            prompt_err = gr.HTML("", js_on_load=None)
+            prompt_err = gr.HTML("", js_on_load=None, elem_id="h3-prompt-error")
             with gr.Row():
                 duration = gr.Slider(options["min_duration"], options["max_duration"], value=options["default_duration"],
                                      step=0.5, label="Duration (s)", elem_id="h3-duration")
                 aspect = gr.Dropdown(options["aspect_ratios"], value="16:9", label="Aspect ratio", elem_id="h3-aspect")
             with gr.Row():
-                duration_err = gr.HTML("", js_on_load=None)
-                aspect_err = gr.HTML("", js_on_load=None)
+                duration_err = gr.HTML("", js_on_load=None, elem_id="h3-duration-error")
+                aspect_err = gr.HTML("", js_on_load=None, elem_id="h3-aspect-error")
             with gr.Row(equal_height=True):
                 seed = gr.Number(42, precision=0, label="Seed (same for both clips)", elem_id="h3-seed", scale=4)
                 randomise = gr.Button("Random seed", scale=1, size="sm", elem_id="h3-randomise")
-            seed_err = gr.HTML("", js_on_load=None)
+            seed_err = gr.HTML("", js_on_load=None, elem_id="h3-seed-error")
             tier = gr.Dropdown([], label="Accelerated tier (compared against the baseline)", elem_id="h3-tier")
-            tier_err = gr.HTML("", js_on_load=None)
-            tier_card = gr.HTML(_tier_card([], None, options["default_duration"]), js_on_load=None,
-                                elem_id="h3-tier-card")
+            tier_err = gr.HTML("", js_on_load=None, elem_id="h3-tier-error")
             with gr.Accordion("Advanced", open=False, elem_id="h3-advanced"):
                 # Text, not gr.Number: a number box cannot be empty, and empty means "the default" here.
                 short_edge = gr.Textbox("", label="Short edge in px", placeholder="empty: the model's default",
                                         elem_id="h3-short-edge")
-                short_edge_err = gr.HTML("", js_on_load=None)
+                short_edge_err = gr.HTML("", js_on_load=None, elem_id="h3-short-edge-error")
                 steps = gr.Textbox("", label="Steps override for the tier", elem_id="h3-steps",
                                    placeholder="empty: the tier's own steps")
-                steps_err = gr.HTML("", js_on_load=None)
+                steps_err = gr.HTML("", js_on_load=None, elem_id="h3-steps-error")
                 baseline_steps = gr.Textbox("", label="Steps override for the baseline", elem_id="h3-baseline-steps",
                                             placeholder="empty: the baseline's 50 (fewer: quick looks and tests)")
-                baseline_steps_err = gr.HTML("", js_on_load=None)
+                baseline_steps_err = gr.HTML("", js_on_load=None, elem_id="h3-baseline-steps-error")
                 force = gr.Checkbox(False, label="Force a tier refused for ghosting risk (to review the ghosting)")
             with gr.Row():
                 go = gr.Button("Generate pair", variant="primary", elem_id="h3-generate")
                 cancel = gr.Button("Cancel", variant="stop", elem_id="h3-cancel")
             general_err = gr.HTML("", js_on_load=None, elem_id="h3-generate-error")
+        with gr.Column(scale=2):
+            tier_card = gr.HTML(_tier_card([], None, options["default_duration"]), js_on_load=None,
+                                elem_id="h3-tier-card")
     result = gr.HTML("", js_on_load=None, elem_id="h3-generate-result", min_height=40)
-    timings = gr.Dataframe(headers=["stage", "baseline s", "candidate s", "candidate / baseline"], visible=False,
+    timings = gr.Dataframe(headers=["stage", "baseline s", "accelerated s", "accelerated / baseline"], visible=False,
                            interactive=False, label="Per-stage timings", elem_id="h3-timings")
     with gr.Row():
         video_b = gr.Video(label="Baseline", visible=False, interactive=False)
@@ -233,16 +235,23 @@ def _build_generate_tab(service: StudioService) -> dict[str, Any]:
             pair = service.submit_pair(payload)
         except (RequestError, StoreError) as error:
             errors[_slot_for(error.field)] = error_html(error.field, error.message)
-            return _generate_outputs(errors, slot_names, None)
+            yield _generate_outputs(errors, slot_names, None)
+            return
         except (QueueFull, ServiceUnavailable) as error:
             errors["general"] = error_html(None, str(error))
-            return _generate_outputs(errors, slot_names, None)
+            yield _generate_outputs(errors, slot_names, None)
+            return
+        # Hand the pair id to the page first, so "Cancel" knows what to cancel while this handler polls.
+        yield _generate_outputs(errors, slot_names, service.get_pair(pair.id), service, media)
         view = _watch(service, pair.id, progress)
-        return _generate_outputs(errors, slot_names, view, service)
+        yield _generate_outputs(errors, slot_names, view, service, media)
 
     outputs = [*slots.values(), result, timings, video_b, video_c, open_compare, pair_state]
-    event = go.click(run, [prompt, duration, aspect, seed, tier, short_edge, steps, baseline_steps, force], outputs,
-                     concurrency_limit=GENERATE_CONCURRENCY, concurrency_id="generate", show_progress_on=result)
+    # Clear the previous attempt's errors at once (no queue), then generate.
+    event = go.click(lambda: [""] * len(slots), None, list(slots.values()), queue=False).then(
+        run, [prompt, duration, aspect, seed, tier, short_edge, steps, baseline_steps, force], outputs,
+                     concurrency_limit=GENERATE_CONCURRENCY, concurrency_id="generate", show_progress_on=result,
+                     scroll_to_output=True)
     cancel.click(lambda pid: _cancel(service, pid), pair_state, general_err, cancels=[event], queue=False)
     return {"duration": duration, "tier": tier, "tier_card": tier_card, "refresh_tiers": refresh_tiers,
             "event": event, "pair": pair_state, "open_compare": open_compare}
@@ -342,17 +351,18 @@ def _cancel(service: StudioService, pair_id: str | None) -> str:
     return error_html(None, f"Pair {pair_id} cancelled.")
 
 
-def _generate_outputs(errors: dict[str, str], slot_names: list[str], view, service: StudioService | None = None):
+def _generate_outputs(errors: dict[str, str], slot_names: list[str], view, service: StudioService | None = None,
+                      media: MediaDir | None = None):
     slot_values = [errors[name] for name in slot_names]
     if view is None:
         hidden = gr.update(visible=False)
         return [*slot_values, "", hidden, hidden, hidden, hidden, None]
     done = view.status == "completed"
-    if not done:
-        slot_values[-1] = error_html(None, f"Pair {view.id} {view.status}: {view.error or 'see the job log'}")
-    videos = [gr.update(value=str(v.clip_path), visible=True) if v and v.clip_path else gr.update(visible=False)
+    if view.status == "failed":
+        slot_values[-1] = error_html(None, f"Pair {view.id} failed: {view.error or 'see the server log'}")
+    videos = [gr.update(value=media.video(v.clip_sha, v.clip_path), visible=True) if done else gr.update(visible=False)
               for v in (view.baseline, view.candidate)]
-    return [*slot_values, pair_summary_html(view, service), gr.update(value=timing_rows(view), visible=True),
+    return [*slot_values, pair_summary_html(view, service), gr.update(value=timing_rows(view), visible=done),
             *videos, gr.update(visible=done), view.id]
 
 
@@ -370,7 +380,8 @@ def timing_rows(view) -> list[list[Any]]:
 
 
 def _timing_row(name: str, base: float | None, cand: float | None) -> list[Any]:
-    ratio = round(cand / base, 3) if base and cand else None
+    # A ratio of two sub-10 ms stages is timer noise, not a speed-up.
+    ratio = round(cand / base, 3) if base and cand and min(base, cand) >= 0.01 else None
     return [name, None if base is None else round(base, 3), None if cand is None else round(cand, 3), ratio]
 
 
@@ -412,31 +423,32 @@ def _usd(value: float | None) -> str:
 
 
 def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir, overlays: Overlays) -> dict[str, Any]:
-    with gr.Row(equal_height=True):
+    with gr.Row():
         pair = gr.Dropdown([], label="Pair (completed pairs, newest first)", elem_id="h3-compare-pair", scale=5)
-        refresh = gr.Button("↻ Refresh list", scale=1)
-        recompute = gr.Button("Compute metrics", scale=1, elem_id="h3-compute-metrics")
+        refresh = gr.Button("Refresh list", scale=1, size="sm")
+        recompute = gr.Button("Compute metrics", scale=1, size="sm", elem_id="h3-compute-metrics")
     header = gr.HTML("<p>Pick a pair to compare.</p>", js_on_load=None, elem_id="h3-compare-header")
     with gr.Row():
-        video_b = gr.Video(label="Baseline", interactive=False, elem_id=BASELINE_VIDEO_ID, loop=True)
-        video_c = gr.Video(label="Accelerated", interactive=False, elem_id=CANDIDATE_VIDEO_ID, loop=True)
+        video_b = gr.Video(label="Baseline", interactive=False, elem_id=BASELINE_VIDEO_ID, loop=True, height=300)
+        video_c = gr.Video(label="Accelerated", interactive=False, elem_id=CANDIDATE_VIDEO_ID, loop=True,
+                           height=300)
     gr.HTML(PLAYER_HTML, js_on_load=PLAYER_JS, elem_id="h3-player")
-    with gr.Row(equal_height=True):
+    with gr.Row():
         frame = gr.Slider(0, 123, value=0, step=1, label="Frame (drives both clips)", elem_id=FRAME_SLIDER_ID,
                           scale=6)
         worst_by = gr.Dropdown([], label="Worst frame by", scale=1, elem_id="h3-worst-by")
-        worst = gr.Button("Jump to worst frame", scale=1, elem_id="h3-worst")
+        worst = gr.Button("Jump to worst frame", scale=1, size="sm", elem_id="h3-worst")
     readout = gr.HTML("", js_on_load=None, elem_id="h3-readout")
     with gr.Row():
         image_b = gr.Image(label="Baseline frame", interactive=False, elem_id="h3-frame-baseline",
-                           buttons=["fullscreen"])
+                           buttons=["fullscreen"], height=300)
         image_c = gr.Image(label="Accelerated frame", interactive=False, elem_id="h3-frame-candidate",
-                           buttons=["fullscreen"])
+                           buttons=["fullscreen"], height=300)
     view = gr.Radio(list(VIEWS), value=VIEWS[0], label="Analysis view", elem_id="h3-view")
-    wipe = gr.ImageSlider(label="Wipe: baseline ◀▶ accelerated", interactive=False, elem_id="h3-wipe",
-                          buttons=["fullscreen"])
+    wipe = gr.ImageSlider(label="Wipe: baseline (left) | accelerated (right)", interactive=False, elem_id="h3-wipe",
+                          buttons=["fullscreen"], max_height=420)
     analysis = gr.Image(label="Analysis", interactive=False, visible=False, elem_id="h3-analysis",
-                        buttons=["fullscreen"])
+                        buttons=["fullscreen"], height=420)
     analysis_note = gr.HTML("", js_on_load=None, elem_id="h3-analysis-note")
     with gr.Row():
         with gr.Column(scale=3):
@@ -477,11 +489,12 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
             media.video(view_.baseline.clip_sha, view_.baseline.clip_path),
             media.video(view_.candidate.clip_sha, view_.candidate.clip_path),
             gr.update(maximum=frames_.frames - 1, value=0),
-            gr.update(choices=keys, value=worst_key),
-            quality_html(view_),
-            _plot_frame(series, ("psnr",)),
-            _plot_frame(series, ("ssim", "lpips", "ghost")),
-            _worst_table(series, worst_key),
+            gr.update(choices=keys, value=worst_key, visible=bool(keys)),
+            quality_html(view_) + ("" if keys else f"<p>Per-frame metrics {NOT_AVAILABLE} for this pair.</p>"),
+            gr.update(value=_plot_frame(series, ("psnr",)), visible="psnr" in series.values),
+            gr.update(value=_plot_frame(series, ("ssim", "lpips", "ghost")),
+                      visible=any(k in series.values for k in ("ssim", "lpips", "ghost"))),
+            gr.update(value=_worst_table(series, worst_key), visible=bool(keys)),
             media.wav(view_.baseline.clip_sha, frames_.baseline),
             media.wav(view_.candidate.clip_sha, frames_.candidate),
             audio_figure({"baseline": frames_.baseline, "accelerated": frames_.candidate}),

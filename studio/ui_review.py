@@ -40,21 +40,21 @@ def pair_choices(service: StudioService, status: str | None = None) -> list[tupl
 
 def build_review_tab(service: StudioService) -> dict[str, Any]:
     reasons_all = list(_options(service, "reasons"))
-    with gr.Row(equal_height=True):
+    with gr.Row():
         pair = gr.Dropdown([], label="Pair to review (completed pairs)", elem_id="h3-review-pair", scale=5)
-        refresh = gr.Button("↻ Refresh list", scale=1)
+        refresh = gr.Button("Refresh list", scale=1, size="sm")
     info = gr.HTML("<p>Pick a pair. Compare it frame by frame in the Compare tab first.</p>", js_on_load=None,
                    elem_id="h3-review-info")
     identity = gr.Markdown("", elem_id="h3-review-identity")
     name = gr.Textbox(label="Your name (required: the studio runs without sign-in)", elem_id="h3-reviewer")
-    name_err = gr.HTML("", js_on_load=None)
+    name_err = gr.HTML("", js_on_load=None, elem_id="h3-reviewer-error")
     decision = gr.Radio(DECISION_LABELS, label="Verdict", elem_id="h3-decision")
-    decision_err = gr.HTML("", js_on_load=None)
+    decision_err = gr.HTML("", js_on_load=None, elem_id="h3-decision-error")
     reasons = gr.CheckboxGroup(reasons_all, label="Reasons (what you saw)", elem_id="h3-reasons")
-    reasons_err = gr.HTML("", js_on_load=None)
+    reasons_err = gr.HTML("", js_on_load=None, elem_id="h3-reasons-error")
     notes = gr.Textbox(label="Notes", lines=2, elem_id="h3-notes",
                        placeholder="e.g. faint second copy of the kite trailing it from frame 40")
-    notes_err = gr.HTML("", js_on_load=None)
+    notes_err = gr.HTML("", js_on_load=None, elem_id="h3-notes-error")
     submit = gr.Button("Record verdict", variant="primary", elem_id="h3-record-verdict")
     result = gr.HTML("", js_on_load=None, elem_id="h3-verdict-result")
     history = gr.Dataframe(headers=["when (UTC)", "reviewer", "verdict", "reasons", "notes"], interactive=False,
@@ -82,9 +82,9 @@ def build_review_tab(service: StudioService) -> dict[str, Any]:
             except StoreError as error:
                 field = error.field if error.field in slots else "general"
                 messages[field] = error_html(error.field, error.message)
-        return [*messages.values(), _history_rows(service, pair_id)]
+        return [*messages.values(), *_pair_panel(service, pair_id)]
 
-    verdict_event = submit.click(record, [pair, name, decision, reasons, notes], [*slots.values(), history])
+    verdict_event = submit.click(record, [pair, name, decision, reasons, notes], [*slots.values(), info, history])
     pair.input(lambda pid: _pair_panel(service, pid), pair, [info, history])
     refresh.click(lambda pid: _pair_dropdown(service, pid), pair, pair, queue=False)
 
@@ -163,7 +163,7 @@ def build_configurations_tab(service: StudioService) -> dict[str, Any]:
     rule = service.approval_rule
     gr.Markdown(f"A configuration is **approved** when it is accepted on at least {rule.min_distinct_prompts} "
                 f"distinct prompts with at most {rule.max_rejects} rejects. Click a row for its history.")
-    refresh = gr.Button("↻ Refresh", elem_id="h3-config-refresh")
+    refresh = gr.Button("Refresh", elem_id="h3-config-refresh", size="sm")
     table = gr.Dataframe(headers=CONFIG_HEADERS, interactive=False, elem_id="h3-config-table")
     keys = gr.State([])
     detail = gr.HTML("", js_on_load=None, elem_id="h3-config-detail")
@@ -212,7 +212,7 @@ def build_export_tab(service: StudioService, media: MediaDir) -> dict[str, Any]:
     gr.Markdown("Exports hold only **approved** pairs: completed, in an approved configuration, accepted and never "
                 "rejected. The zip carries both MP4s of each pair, manifest.json (verdicts, configs, metrics) "
                 "and SHA256SUMS.")
-    refresh = gr.Button("↻ Refresh approved pairs", elem_id="h3-export-refresh")
+    refresh = gr.Button("Refresh approved pairs", elem_id="h3-export-refresh", size="sm")
     chosen = gr.CheckboxGroup([], label="Approved pairs (none ticked: all approved pairs)", elem_id="h3-export-pairs")
     with gr.Row():
         selected = gr.Button("Export selected", variant="primary", elem_id="h3-export-selected")

@@ -1,0 +1,266 @@
+"""Real-browser end-to-end test of the studio UI: Debian chromium driven by Playwright against a live server.
+
+The server runs in a subprocess (this file with ``--serve``): app.py's engine loader and UI factory, the REST app
+and the Gradio UI mounted at "/" exactly as app.py wires them, on 127.0.0.1 and a temp data dir. One difference
+from app.py's defaults: the approval rule needs 1 accepted prompt (not 3), so one generated pair can be approved
+and exported within the test's time budget.
+
+Flow: open → field error → generate a pair with 1-step clips → compare (frame slider, synced playback, views)
+→ review (name required, accept) → configuration approved → export and download the zip. Screenshots of
+every stage go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic", "--autoplay-policy=no-user-gesture-required"]
+STARTUP_TIMEOUT_S = 120
+PAIR_TIMEOUT_MS = 150_000
+UI_TIMEOUT_MS = 30_000
+
+
+# ------------------------------------------------------------------------------------------------ server
+
+
+def serve(argv: list[str]) -> None:
+    """The studio as app.py builds it, with a 1-prompt approval rule (run as ``python test_ui_e2e.py --serve``)."""
+    import argparse
+
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    torch.set_num_threads(1)  # the test box has 2 shared cores: one thread is ~10× faster under load
+    import gradio as gr
+    import uvicorn
+
+    import app as studio_app
+    from db import ApprovalRule
+    from studio.api import create_app
+    from studio.service import StudioService
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--data-dir", required=True)
+    args = parser.parse_args(argv)
+    import engine.engine  # noqa: F401 - import the model graph here, before the loader thread does (app.py does too)
+
+    service = StudioService.open(args.data_dir, approval_rule=ApprovalRule(min_distinct_prompts=1, max_rejects=0))
+    loader = studio_app.engine_loader(None, None)
+    service.start_loading(loader)
+    fastapi_app = gr.mount_gradio_app(create_app(service, accounts=None, loader=loader),
+                                      studio_app.build_ui(service), path="/")
+    uvicorn.run(fastapi_app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _health(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url + "health", timeout=2) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:  # 503 while loading still carries the JSON status
+        return json.loads(error.read() or b"{}")
+    except OSError:
+        return {}
+
+
+@pytest.fixture(scope="module")
+def studio_url(tmp_path_factory):
+    port = _free_port()
+    data_dir = tmp_path_factory.mktemp("studio-data")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = open(ARTIFACTS / "server.log", "w")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(port), "--data-dir", str(data_dir)],
+                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while _health(url).get("status") != "ok":
+            if process.poll() is not None:
+                pytest.fail(f"the studio exited with {process.returncode}; see {ARTIFACTS / 'server.log'}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"the studio did not become healthy in {STARTUP_TIMEOUT_S} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(studio_url):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page = context.new_page()
+        page.set_default_timeout(UI_TIMEOUT_MS)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(studio_url)
+        yield page
+        assert not errors, f"JavaScript errors on the page: {errors}"
+        browser.close()
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def open_tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def pick(page, dropdown: str, option: str) -> None:
+    """Choose ``option`` (a substring of its label) in the gr.Dropdown with elem_id ``dropdown``."""
+    page.click(f"#{dropdown} input")
+    page.locator("ul[role=listbox] li", has_text=option).first.click()
+
+
+def text_of(page, selector: str) -> str:
+    return page.locator(selector).inner_text()
+
+
+def set_frame(page, frame: int) -> None:
+    box = page.locator("#h3-frame-slider input[type=number]")
+    box.fill(str(frame))
+    box.press("Enter")
+
+
+# ------------------------------------------------------------------------------------------------ the test
+
+
+def test_generate_compare_review_export(page, tmp_path):
+    started = time.monotonic()
+    page.wait_for_selector("text=engine ready")
+    page.wait_for_selector("#h3-tier-card:has-text('Availability')")
+    shot(page, "01_generate_tab")
+
+    # An error names its field and sits next to the input it is about.
+    page.click("#h3-generate")
+    page.wait_for_selector("#h3-prompt-error:has-text('prompt')")
+    shot(page, "02_field_error")
+
+    # The quickest pair the UI offers: the 5-step tier cut to 1 step, and a 1-step baseline.
+    page.fill("#h3-prompt textarea", "a red kite dips over a windy beach")
+    page.fill("#h3-seed input", "7")
+    pick(page, "h3-tier", "turbo-5")
+    page.click("#h3-advanced button")
+    page.fill("#h3-steps textarea", "1")
+    page.fill("#h3-baseline-steps textarea", "1")
+    page.click("#h3-generate")
+    page.wait_for_selector("text=/step \\d+\\/\\d+|decoding|queued/", timeout=PAIR_TIMEOUT_MS)
+    shot(page, "03_progress")
+    page.wait_for_selector("#h3-generate-result:has-text('completed')", timeout=PAIR_TIMEOUT_MS)
+    assert "Speed-up" in text_of(page, "#h3-generate-result")
+    assert "$ per clip" in text_of(page, "#h3-generate-result")
+    assert "denoise" in text_of(page, "#h3-timings")
+    shot(page, "04_pair_done")
+
+    # Compare: the new pair is selected; the slider moves both clips in lockstep.
+    page.click("#h3-open-compare")
+    page.wait_for_selector("#h3-compare-header:has-text('completed')")
+    page.wait_for_function("() => document.querySelectorAll('#h3-video-baseline video, #h3-video-candidate video')"
+                           ".length === 2")
+    set_frame(page, 60)
+    page.wait_for_selector("#h3-readout:has-text('frame 60')")
+    page.wait_for_selector("#h3-frame-baseline:has-text('frame 60')")
+    page.wait_for_selector("#h3-frame-candidate:has-text('frame 60')")
+    times = page.evaluate("() => window.h3Player.state().videos")
+    assert all(abs(t - 60.5 / 24) < 0.05 for t in times), times
+    shot(page, "05_compare_frame_60")
+
+    # Synced playback: one clock drives both videos; pausing moves the slider to the shown frame.
+    page.click("#h3-player button[data-act=play]")
+    page.wait_for_timeout(1500)
+    state = page.evaluate("() => window.h3Player.state()")
+    page.click("#h3-player button[data-act=pause]")
+    assert state["playing"] and abs(state["videos"][0] - state["videos"][1]) < 0.1, state
+    paused = page.evaluate("() => window.h3Player.state()")
+    frame = int(paused["time"] * 24)
+    page.wait_for_selector(f"#h3-readout:has-text('frame {frame} ')")
+
+    # Every analysis view answers: an image, or a plain "not yet available" when the quality module lacks it.
+    for view in ("|Δ| heatmap", "Ghost overlay"):
+        page.get_by_label(view).check()
+        page.wait_for_function("() => { const n = document.querySelector('#h3-analysis-note');"
+                               " const a = document.querySelector('#h3-analysis img');"
+                               " return (n && n.innerText.trim().length > 0) || !!a; }")
+    page.get_by_label("Wipe (drag the handle)").check()
+    page.wait_for_selector("#h3-wipe img")
+    shot(page, "06_compare_views")
+
+    # Review: without auth the name is required; then accept.
+    open_tab(page, "Review")
+    page.wait_for_selector("#h3-review-info:has-text('vs baseline')")
+    page.get_by_label("Accept").check()
+    page.click("#h3-record-verdict")
+    page.wait_for_selector("#h3-reviewer-error:has-text('is required')")
+    page.fill("#h3-reviewer textarea, #h3-reviewer input", "e2e reviewer")
+    page.get_by_label("Accept").check()
+    page.fill("#h3-notes textarea", "no ghosting seen at frames 0-123")
+    page.click("#h3-record-verdict")
+    page.wait_for_selector("#h3-verdict-result:has-text('Recorded accept')")
+    page.wait_for_selector("#h3-verdict-history:has-text('e2e reviewer')")
+    shot(page, "07_review")
+
+    # Configurations: the configuration is approved (1 prompt under the test's rule) and its history shows.
+    open_tab(page, "Configurations")
+    page.wait_for_selector("#h3-config-table:has-text('approved')")
+    page.locator("#h3-config-table").get_by_text("approved", exact=True).filter(visible=True).first.click()
+    page.wait_for_selector("#h3-config-history:has-text('e2e reviewer')")
+    shot(page, "08_configurations")
+
+    # Export: all approved pairs → a zip with both clips, the manifest and the checksums; download it.
+    open_tab(page, "Export")
+    page.wait_for_selector("#h3-export-pairs:has-text('a red kite')")
+    page.click("#h3-export-all")
+    page.wait_for_selector("#h3-export-result:has-text('Built')")
+    link = page.locator("#h3-export-file a").first
+    with page.expect_download() as download_info:
+        link.click()
+    target = tmp_path / "export.zip"
+    download_info.value.save_as(target)
+    with zipfile.ZipFile(target) as archive:
+        names = archive.namelist()
+        assert archive.testzip() is None
+    assert any(n.endswith("manifest.json") for n in names), names
+    assert sum(n.endswith(".mp4") for n in names) == 2, names
+    shot(page, "09_export")
+    assert time.monotonic() - started < 170
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2:])
