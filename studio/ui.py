@@ -460,6 +460,7 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
                                      title="SSIM / ghost score per frame (drag to jump)")
             worst_table = gr.Dataframe(label="Worst frames (click a row to jump)", interactive=False,
                                        elem_id="h3-worst-table")
+    to_review = gr.Button("Review this pair →", elem_id="h3-to-review", size="sm")
     gr.Markdown("### Soundtracks")
     with gr.Row():
         audio_b = gr.Audio(label="Baseline audio", interactive=False, elem_id="h3-audio-baseline", type="filepath")
@@ -568,7 +569,7 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
 
     recompute.click(recompute_metrics, pair, pair).then(load, pair, load_outputs).then(
         render, [pair, frame, view], render_outputs)
-    return {"pair": pair, "load": load, "load_outputs": load_outputs}
+    return {"pair": pair, "load": load, "load_outputs": load_outputs, "to_review": to_review}
 
 
 def _config_html(view) -> str:
@@ -641,6 +642,7 @@ def _wire_cross_tab(service, demo, tabs, status, generate, compare, review, conf
     generate["event"].then(lambda pid, current: _pair_dropdown(service, current, select=pid),
                            [generate["pair"], compare["pair"]], compare["pair"])
     generate["open_compare"].click(lambda: gr.Tabs(selected="compare"), None, tabs)
+    compare["to_review"].click(lambda: gr.Tabs(selected="review"), None, tabs)
     compare["pair"].change(review["select_pair"], compare["pair"], review["pair_outputs"])
     review["verdict_event"].then(configurations["refresh"], None, configurations["outputs"])
 

@@ -16,7 +16,7 @@ FRAME_SLIDER_ID = "h3-frame-slider"
 PLAYER_HTML = """
 <div class="h3-player">
   <button data-act="play" title="Play both clips from one clock">▶ Play both</button>
-  <button data-act="pause" title="Pause both">⏸ Pause</button>
+  <button data-act="pause" title="Pause both">Pause</button>
   <button data-act="back" title="One frame back">◀ frame</button>
   <button data-act="fwd" title="One frame forward">frame ▶</button>
   <button data-act="restart" title="Back to frame 0">⟲ Start</button>

@@ -12,6 +12,7 @@ every stage go to tests/artifacts/.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -51,19 +52,23 @@ def serve(argv: list[str]) -> None:
     import app as studio_app
     from db import ApprovalRule
     from studio.api import create_app
+    from studio.auth import load_accounts
     from studio.service import StudioService
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--auth", default=None)
     args = parser.parse_args(argv)
     import engine.engine  # noqa: F401 - import the model graph here, before the loader thread does (app.py does too)
 
+    accounts = load_accounts(args.auth) if args.auth else None
     service = StudioService.open(args.data_dir, approval_rule=ApprovalRule(min_distinct_prompts=1, max_rejects=0))
     loader = studio_app.engine_loader(None, None)
     service.start_loading(loader)
-    fastapi_app = gr.mount_gradio_app(create_app(service, accounts=None, loader=loader),
-                                      studio_app.build_ui(service), path="/")
+    fastapi_app = gr.mount_gradio_app(create_app(service, accounts=accounts, loader=loader),
+                                      studio_app.build_ui(service), path="/",
+                                      auth=accounts.gradio_auth() if accounts else None)
     uvicorn.run(fastapi_app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
@@ -83,39 +88,40 @@ def _health(url: str) -> dict:
         return {}
 
 
-@pytest.fixture(scope="module")
-def studio_url(tmp_path_factory):
+@contextlib.contextmanager
+def running_studio(data_dir: Path, name: str, *extra: str):
+    """A studio subprocess on a free port; yields its URL once /health says ok, stops it afterwards."""
+    if not Path(CHROMIUM).exists():  # checked first: no server start when the browser is missing
+        pytest.skip(f"{CHROMIUM} is not installed")
     port = _free_port()
-    data_dir = tmp_path_factory.mktemp("studio-data")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = open(ARTIFACTS / "server.log", "w")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
-    process = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(port), "--data-dir", str(data_dir)],
-                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while _health(url).get("status") != "ok":
-            if process.poll() is not None:
-                pytest.fail(f"the studio exited with {process.returncode}; see {ARTIFACTS / 'server.log'}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"the studio did not become healthy in {STARTUP_TIMEOUT_S} s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        process.terminate()
+    with open(ARTIFACTS / f"{name}.log", "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, __file__, "--serve", "--port", str(port), "--data-dir", str(data_dir), *extra],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        url = f"http://127.0.0.1:{port}/"
         try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while _health(url).get("status") != "ok":
+                if process.poll() is not None:
+                    pytest.fail(f"the studio exited with {process.returncode}; see {ARTIFACTS / name}.log")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the studio did not become healthy in {STARTUP_TIMEOUT_S} s")
+                time.sleep(0.5)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
-@pytest.fixture(scope="module")
-def page(studio_url):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed")
+@contextlib.contextmanager
+def browser_page(url: str):
+    """A chromium page on ``url``; fails the test on any uncaught JavaScript error."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -125,10 +131,16 @@ def page(studio_url):
         page.set_default_timeout(UI_TIMEOUT_MS)
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(studio_url)
+        page.goto(url)
         yield page
         assert not errors, f"JavaScript errors on the page: {errors}"
         browser.close()
+
+
+@pytest.fixture
+def page(tmp_path):
+    with running_studio(tmp_path / "data", "server") as url, browser_page(url) as page:
+        yield page
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -162,6 +174,7 @@ def set_frame(page, frame: int) -> None:
 
 
 def test_generate_compare_review_export(page, tmp_path):
+    """The whole review loop through the browser, as a reviewer without sign-in."""
     started = time.monotonic()
     page.wait_for_selector("text=engine ready")
     page.wait_for_selector("#h3-tier-card:has-text('Availability')")
@@ -259,6 +272,21 @@ def test_generate_compare_review_export(page, tmp_path):
     assert sum(n.endswith(".mp4") for n in names) == 2, names
     shot(page, "09_export")
     assert time.monotonic() - started < 170
+
+
+def test_signed_in_reviewer_is_the_auth_user(tmp_path):
+    """With --auth the login page comes first and the verdict's reviewer is the signed-in user: no name field."""
+    accounts = tmp_path / "accounts.txt"
+    accounts.write_text("alice:wonderland\n")
+    with running_studio(tmp_path / "data", "server-auth", "--auth", str(accounts)) as url, browser_page(url) as page:
+        page.fill("input[type=text], input[name=username]", "alice")
+        page.fill("input[type=password]", "wonderland")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("text=engine ready")
+        open_tab(page, "Review")
+        page.wait_for_selector("#h3-review-identity:has-text('Reviewing as alice')")
+        assert not page.locator("#h3-reviewer").is_visible()
+        shot(page, "10_review_signed_in")
 
 
 if __name__ == "__main__":
