@@ -95,7 +95,8 @@ class ClipCache:
 
     def _evict(self) -> None:
         total = sum(c.nbytes for c in self._clips.values())
-        while len(self._clips) > 1 and total > self.max_bytes:
+        # Keep the two newest whatever their size: a compare view needs both clips of its pair at once.
+        while len(self._clips) > 2 and total > self.max_bytes:
             _, dropped = self._clips.popitem(last=False)
             total -= dropped.nbytes
 

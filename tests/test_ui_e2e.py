@@ -164,10 +164,15 @@ def text_of(page, selector: str) -> str:
     return page.locator(selector).inner_text()
 
 
-def set_frame(page, frame: int) -> None:
-    box = page.locator("#h3-frame-slider input[type=number]")
-    box.fill(str(frame))
+def set_number(page, slider: str, value: float) -> None:
+    """Type into a gr.Slider's number box (what a user does for an exact value)."""
+    box = page.locator(f"#{slider} input[type=number]")
+    box.fill(str(value))
     box.press("Enter")
+
+
+def set_frame(page, frame: int) -> None:
+    set_number(page, "h3-frame-slider", frame)
 
 
 # ------------------------------------------------------------------------------------------------ the test
@@ -179,6 +184,13 @@ def test_generate_compare_review_export(page, tmp_path):
     page.wait_for_selector("text=engine ready")
     page.wait_for_selector("#h3-tier-card:has-text('Availability')")
     shot(page, "01_generate_tab")
+
+    # The tier picker follows the duration: turbo-sparse serves only long clips, and says why.
+    assert "only for clips of ≥ 14 s" in text_of(page, "#h3-tier-card")
+    set_number(page, "h3-duration", 14)
+    page.wait_for_function("() => !document.querySelector('#h3-tier-card').innerText.includes('only for clips')")
+    set_number(page, "h3-duration", 5)
+    page.wait_for_selector("#h3-tier-card:has-text('only for clips of ≥ 14 s')")
 
     # An error names its field and sits next to the input it is about.
     page.click("#h3-generate")
@@ -200,6 +212,13 @@ def test_generate_compare_review_export(page, tmp_path):
     assert "$ per clip" in text_of(page, "#h3-generate-result")
     assert "denoise" in text_of(page, "#h3-timings")
     shot(page, "04_pair_done")
+
+    # Same prompt, seed and baseline steps with another tier: the stored baseline is reused, and the page says so.
+    pick(page, "h3-tier", "turbo —")
+    page.click("#h3-generate")
+    page.wait_for_selector("#h3-generate-result:has-text('baseline reused')", timeout=PAIR_TIMEOUT_MS)
+    page.wait_for_selector("#h3-generate-result:has-text('completed')", timeout=PAIR_TIMEOUT_MS)
+    shot(page, "04b_baseline_reused")
 
     # Compare: the new pair is selected; the slider moves both clips in lockstep.
     page.click("#h3-open-compare")
