@@ -15,6 +15,7 @@ import random
 import time
 from typing import Any
 
+import av
 import gradio as gr
 
 from db.errors import StoreError
@@ -480,6 +481,8 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
             view_, frames_ = frames_of(pair_id)
         except StoreError as error:
             return [error_html(error.field, error.message), *empty]
+        except (OSError, ValueError, av.error.FFmpegError) as error:  # a clip file missing or unreadable
+            return [error_html("clip", f"cannot decode this pair's clips: {error}"), *empty]
         series = frame_series(view_.metrics)
         keys = [(label, key) for key, label, _, _ in SERIES if key in series.values]
         worst_key = series.default_worst_key()
@@ -507,7 +510,10 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
     def render(pair_id, index, view_name):
         if not pair_id:
             return [None, None, "", gr.update(), gr.update(), ""]
-        view_, frames_ = frames_of(pair_id)
+        try:
+            view_, frames_ = frames_of(pair_id)
+        except (StoreError, OSError, ValueError, av.error.FFmpegError) as error:
+            return [None, None, error_html(None, str(error)), gr.update(), gr.update(), ""]
         if frames_ is None:
             return [None, None, "", gr.update(), gr.update(), "Both clips are needed to compare."]
         index = frames_.clamp(index)
