@@ -174,7 +174,7 @@ def _build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, An
             with gr.Row():
                 duration_err = gr.HTML("", js_on_load=None, elem_id="h3-duration-error")
                 aspect_err = gr.HTML("", js_on_load=None, elem_id="h3-aspect-error")
-            with gr.Row(equal_height=True):
+            with gr.Row():
                 seed = gr.Number(42, precision=0, label="Seed (same for both clips)", elem_id="h3-seed", scale=4)
                 randomise = gr.Button("Random seed", scale=1, size="sm", elem_id="h3-randomise")
             seed_err = gr.HTML("", js_on_load=None, elem_id="h3-seed-error")
@@ -199,7 +199,7 @@ def _build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, An
         with gr.Column(scale=2):
             tier_card = gr.HTML(_tier_card([], None, options["default_duration"]), js_on_load=None,
                                 elem_id="h3-tier-card")
-    result = gr.HTML("", js_on_load=None, elem_id="h3-generate-result", min_height=40)
+    result = gr.HTML("", js_on_load=None, elem_id="h3-generate-result", min_height=90)
     timings = gr.Dataframe(headers=["stage", "baseline s", "accelerated s", "accelerated / baseline"], visible=False,
                            interactive=False, label="Per-stage timings", elem_id="h3-timings")
     with gr.Row():
@@ -397,6 +397,8 @@ def pair_summary_html(view, service: StudioService | None) -> str:
         lines.append(f"<span class='h3-badge'>baseline reused</span> the stored clip "
                      f"<code>{(view.baseline.clip_sha or '')[:12]}</code> (same model, prompt, seed, canvas and "
                      f"baseline config) was not generated again; its timings are those of the run that made it.")
+    if view.status not in ("completed", "failed"):
+        return "<div class='h3-panel'>" + "<br>".join(lines) + "</div>"  # timings exist once both clips do
     speed = f"{view.speedup:.2f}×" if view.speedup else "—"
     denoise = f"{view.denoise_speedup:.2f}×" if view.denoise_speedup else "—"
     lines.append(f"<b>Speed-up</b> {speed} end to end (inference) · {denoise} denoise stage")
