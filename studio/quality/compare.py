@@ -1,0 +1,218 @@
+"""compare_clips: every quality measure of a baseline/candidate pair, and the summary the CLI and studio show.
+
+Data path: check (or, with align, reconcile) the pair -> one full-resolution pass per frame pair (PSNR, SSIM,
+sharpness, abs-diff, analysis planes) -> per-clip motion (flow-warping error, speed) -> ghost detector -> LPIPS
+-> audio -> gates (applied when the summary is built, so changing `gates` needs no recomputation).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any
+
+import cv2
+import numpy as np
+
+from .analysis import FlowEstimator, analysis_factor, stack_planes
+from .audio import AudioComparison, compare_audio
+from .clipio import ClipData
+from .errors import QualityError
+from .gates import GateInputs, Gates, evaluate
+from .ghost import GhostParams, GhostResult, detect_ghosts
+from .lpips_metric import LpipsScorer, load_lpips
+from .metrics import frame_pass, jitter_ratio, motion, per_frame_jitter
+
+
+@dataclass
+class Comparison:
+    """Everything measured for one pair. Per-frame arrays are (T,); T is the compared frame count.
+
+    absdiff: uint8 (T, H, W), max over channels of |candidate - baseline| at full resolution.
+    ghost.heatmaps: float32 (T, h, w) in [0, 1] on the analysis grid (h = H / factor); `ghost_heatmap(i)` gives
+    one at full resolution. lpips is None (with lpips_reason) when LPIPS could not run.
+    """
+
+    baseline: ClipData
+    candidate: ClipData
+    psnr: np.ndarray
+    ssim: np.ndarray
+    sharpness_base: np.ndarray
+    sharpness_cand: np.ndarray
+    warp_error_base: np.ndarray
+    warp_error_cand: np.ndarray
+    absdiff: np.ndarray
+    ghost: GhostResult
+    factor: int
+    lpips: np.ndarray | None = None
+    lpips_reason: str | None = None
+    audio: AudioComparison | None = None
+    audio_reason: str | None = None
+    gates: Gates = field(default_factory=Gates)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def frames(self) -> int:
+        return len(self.psnr)
+
+    @property
+    def ghost_heatmaps(self) -> np.ndarray:
+        """float32 (T, h, w) in [0, 1], analysis grid."""
+        return self.ghost.heatmaps
+
+    def ghost_heatmap(self, index: int) -> np.ndarray:
+        """float32 (H, W) in [0, 1]: frame `index`'s ghost heatmap at full resolution."""
+        width, height = self.baseline.size
+        return cv2.resize(self.ghost.heatmaps[index], (width, height), interpolation=cv2.INTER_LINEAR)
+
+    @property
+    def sharpness_ratio(self) -> float:
+        return float((self.sharpness_cand.mean() + 1e-6) / (self.sharpness_base.mean() + 1e-6))
+
+    @property
+    def temporal_jitter_ratio(self) -> float | None:
+        return jitter_ratio(self.warp_error_base, self.warp_error_cand)
+
+    @property
+    def lpips_delta(self) -> float | None:
+        return None if self.lpips is None else float(self.lpips.mean())
+
+    @property
+    def worst_frame(self) -> int:
+        """The frame a reviewer should look at first: the strongest ghost if ghosting, else the lowest SSIM."""
+        return int(np.argmax(self.ghost.scores)) if self.ghost.ghosting else int(np.argmin(self.ssim))
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary (see the CLI): headline numbers, gates, suggested verdict and per-frame rows."""
+        table, verdict, reasons = evaluate(self._gate_inputs(), self.gates)
+        jitter = self.temporal_jitter_ratio
+        return {
+            "frames": self.frames,
+            "ghosting": bool(self.ghost.ghosting),
+            "ghost_score": round(self.ghost.score, 4),
+            "worst_frame": self.worst_frame,
+            "psnr_mean": round(float(self.psnr.mean()), 3),
+            "ssim_mean": round(float(self.ssim.mean()), 5),
+            "lpips_delta": None if self.lpips_delta is None else round(self.lpips_delta, 5),
+            "sharpness_ratio": round(self.sharpness_ratio, 4),
+            "temporal_jitter_ratio": None if jitter is None else round(jitter, 4),
+            "audio": None if self.audio is None else self.audio.to_dict(),
+            "per_frame": self._per_frame(),
+            "gates": table,
+            "suggested_verdict": verdict,
+            "suggestion_reasons": reasons,
+            "lpips_reason": self.lpips_reason,
+        }
+
+    def _gate_inputs(self) -> GateInputs:
+        return GateInputs(
+            lpips_delta=None if self.lpips_delta is None else round(self.lpips_delta, 5),
+            lpips_reason=self.lpips_reason,
+            sharpness_ratio=round(self.sharpness_ratio, 4),
+            temporal_jitter_ratio=None if self.temporal_jitter_ratio is None else round(self.temporal_jitter_ratio,
+                                                                                          4),
+            ghosting=bool(self.ghost.ghosting),
+            ghost_score=round(self.ghost.score, 4),
+            ghost_threshold=self.ghost.params.frame_threshold,
+            audio_desync_ms=None if self.audio is None or self.audio.desync_ms is None
+            else round(self.audio.desync_ms, 1),
+            audio_reason=self.audio_reason,
+            psnr_mean=round(float(self.psnr.mean()), 3),
+        )
+
+    def _per_frame(self) -> list[dict[str, Any]]:
+        jitter = per_frame_jitter(self.warp_error_base, self.warp_error_cand)
+        g = self.ghost
+        rows = []
+        for i in range(self.frames):
+            rows.append({
+                "index": i,
+                "psnr": round(float(self.psnr[i]), 3),
+                "ssim": round(float(self.ssim[i]), 5),
+                "lpips": None if self.lpips is None else round(float(self.lpips[i]), 5),
+                "sharpness_ratio": round(float((self.sharpness_cand[i] + 1e-6) / (self.sharpness_base[i] + 1e-6)), 4),
+                "jitter_ratio": round(float(jitter[i]), 4),
+                "ghost_score": round(float(g.scores[i]), 4),
+                "ghost_lag": int(g.lags[i]),
+                "ghost_displacement_px": round(float(g.displacement[i]) * self.factor, 1),
+                "ghost": bool(g.scores[i] >= g.params.frame_threshold),
+            })
+        return rows
+
+
+def reconcile(baseline: ClipData, candidate: ClipData, align: bool) -> tuple[ClipData, ClipData, list[str]]:
+    """Check that the pair can be compared frame by frame. With align: cut to the shorter clip and resize the
+    candidate to the baseline's size. Without: a QualityError naming the mismatch. Returns the pair and notes."""
+    notes: list[str] = []
+    nb, nc = len(baseline.frames), len(candidate.frames)
+    if nb != nc:
+        if not align:
+            raise QualityError(f"frame count mismatch: baseline has {nb} frames, candidate has {nc}; "
+                               f"pass --align to compare the first {min(nb, nc)}")
+        n = min(nb, nc)
+        notes.append(f"aligned: compared the first {n} frames (baseline {nb}, candidate {nc})")
+        baseline = ClipData(baseline.frames[:n], baseline.fps, baseline.audio, baseline.sample_rate)
+        candidate = ClipData(candidate.frames[:n], candidate.fps, candidate.audio, candidate.sample_rate)
+    if baseline.size != candidate.size:
+        (wb, hb), (wc, hc) = baseline.size, candidate.size
+        if not align:
+            raise QualityError(f"frame size mismatch: baseline is {wb}x{hb}, candidate is {wc}x{hc}; "
+                               f"pass --align to resize the candidate to {wb}x{hb}")
+        shrink = wc * hc > wb * hb
+        frames = np.stack([cv2.resize(f, (wb, hb), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+                           for f in candidate.frames])
+        notes.append(f"aligned: resized the candidate from {wc}x{hc} to {wb}x{hb}")
+        candidate = ClipData(frames, candidate.fps, candidate.audio, candidate.sample_rate)
+    if abs(baseline.fps - candidate.fps) > 0.01:
+        notes.append(f"frame rates differ (baseline {baseline.fps:g}, candidate {candidate.fps:g} fps); "
+                     f"frames are compared by index")
+    return baseline, candidate, notes
+
+
+def _audio(baseline: ClipData, candidate: ClipData) -> tuple[AudioComparison | None, str | None]:
+    missing = [name for name, clip in (("baseline", baseline), ("candidate", candidate)) if clip.audio is None]
+    if missing:
+        return None, ("neither clip has an audio track" if len(missing) == 2
+                      else f"the {missing[0]} has no audio track")
+    return compare_audio(baseline.audio, baseline.sample_rate, candidate.audio, candidate.sample_rate), None
+
+
+def compare_clips(baseline: ClipData, candidate: ClipData, gates: Gates | None = None, align: bool = False,
+                  lpips: bool = True, *, ghost_params: GhostParams | None = None,
+                  lpips_scorer: LpipsScorer | None = None, workers: int = 2) -> Comparison:
+    """Compare a candidate clip with its baseline (same seed, same prompt). See Comparison.summary() for output.
+
+    lpips=False skips LPIPS (lpips_delta null, reason "not requested"); lpips_scorer overrides the default model.
+    Raises QualityError for mismatched frame counts or sizes unless align=True.
+    """
+    baseline, candidate, notes = reconcile(baseline, candidate, align)
+    width, height = baseline.size
+    factor = analysis_factor(width, height)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        per_frame = list(pool.map(frame_pass, baseline.frames, candidate.frames, repeat(factor)))
+        base_planes = stack_planes([m.base_planes for m in per_frame], factor)
+        cand_planes = stack_planes([m.cand_planes for m in per_frame], factor)
+        # Two clips, two independent flow passes: one thread each.
+        base_motion, cand_motion = pool.map(lambda p: motion(p, FlowEstimator()), (base_planes, cand_planes))
+    ghost = detect_ghosts(base_planes, cand_planes, base_motion.speed,
+                          ghost_params or GhostParams(workers=workers))
+    scores, reason = None, "LPIPS not requested"
+    if lpips:
+        scorer, reason = (lpips_scorer, None) if lpips_scorer is not None else load_lpips()
+        if scorer is not None:
+            scores = scorer.distances(baseline.frames, candidate.frames)
+    audio, audio_reason = _audio(baseline, candidate)
+    return Comparison(
+        baseline=baseline, candidate=candidate,
+        psnr=np.array([m.psnr for m in per_frame], np.float64),
+        ssim=np.array([m.ssim for m in per_frame], np.float64),
+        sharpness_base=np.array([m.sharpness_base for m in per_frame], np.float64),
+        sharpness_cand=np.array([m.sharpness_cand for m in per_frame], np.float64),
+        warp_error_base=base_motion.warp_error, warp_error_cand=cand_motion.warp_error,
+        absdiff=np.stack([m.absdiff for m in per_frame]),
+        ghost=ghost, factor=factor,
+        lpips=scores, lpips_reason=None if scores is not None else reason,
+        audio=audio, audio_reason=audio_reason,
+        gates=gates or Gates(), notes=notes,
+    )

@@ -1,0 +1,227 @@
+"""Ghosting detector: finds a faint second copy of a moving subject, displaced along its motion.
+
+The model. A ghost at opacity a and lag s adds a faint copy of what the baseline showed s frames earlier (s < 0:
+later) at the same place, so in the ghost's region
+
+    candidate_t - baseline_t  =  a * (baseline_{t-s} - baseline_t)            (R = a * P_s)
+
+with 0 < a < 1. Harmless differences do not have that form, and the detector checks each of them away:
+  - colour shift, brightness flicker, blur, a global sub-pixel shift: fitted out first, per frame, by least squares
+    on [1, Y, Cb, Cr, two blur residuals, dY/dx, dY/dy] of the baseline (any 3x3 colour matrix plus offset is
+    linear in Y, Cb, Cr); clipped pixels are left out of every fit;
+  - noise and compression: they do not correlate with P_s, so the local fit quality (correlation) stays low;
+  - the subject simply somewhere else (one copy): the candidate is first aligned onto the baseline with optical
+    flow, which explains a moved subject but cannot explain an added translucent copy. Flow leaves partial
+    residuals where background was uncovered, so evidence must hold with and without alignment; where the
+    candidate fully replaced the subject with background (a ~ 1, pixel by pixel) it is not a ghost; and evidence
+    that another lag explains as well (background uncovered at every lag) is not specific to a copy.
+  - a copy displaced by less than `min_displacement` analysis pixels is indistinguishable from a slightly moved
+    subject and is not reported.
+
+Per frame: the best lag s, local windows where R = a * P_s fits well, their pooled opacity a (the frame's ghost
+score) and a heatmap. Per clip: ghosting when at least k frames (k = max(min_frames, min_fraction * T)) score at
+least `frame_threshold`; the clip's ghost score is the k-th largest frame score.
+
+All of this runs on the analysis grid (see analysis.py): heatmaps are float32 (T, h, w).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from .analysis import FlowEstimator, Planes, to_u8, warp
+
+
+@dataclass(frozen=True)
+class GhostParams:
+    """Detector settings. Pixel counts and distances are on the analysis grid (short side ~192)."""
+
+    lags: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)  # frames, searched in both directions
+    window: int = 15  # side of the local fitting window
+    min_correlation: float = 0.8  # local fit quality of R = a * P_s
+    min_contrast: float = 8.0  # RMS of P_s in a window (8-bit levels) for the window to carry evidence
+    min_window_opacity: float = 0.03
+    max_opacity: float = 0.85  # above: the copy replaced the original, i.e. one copy
+    min_displacement: float = 3.0  # copy offset along the motion, analysis pixels
+    min_area_fraction: float = 0.0015  # evidence area per frame, share of the analysis frame
+    frame_threshold: float = 0.05  # frame opacity at or above which a frame counts as ghosted
+    min_frames: int = 3
+    min_fraction: float = 0.25  # of the clip's frames
+    heat_full_opacity: float = 0.25  # heatmap value 1.0 at this local opacity
+    workers: int = 2
+
+
+@dataclass
+class GhostResult:
+    """Detector output for a pair.
+
+    scores: float32 (T,) estimated ghost opacity per frame (0 when none).  lags: int32 (T,) the copy's lag in
+    frames (+: where the subject was earlier), 0 when none.  displacement: float32 (T,) copy offset in analysis
+    pixels.  heatmaps: float32 (T, h, w) in [0, 1].  score / ghosting: the clip-level decision.
+    """
+
+    scores: np.ndarray
+    lags: np.ndarray
+    displacement: np.ndarray
+    heatmaps: np.ndarray
+    score: float
+    ghosting: bool
+    frames_required: int
+    params: GhostParams
+
+    @property
+    def flagged(self) -> np.ndarray:
+        """bool (T,): frames whose score reaches the frame threshold."""
+        return self.scores >= self.params.frame_threshold
+
+
+def detect_ghosts(base: Planes, cand: Planes, base_speed: np.ndarray,
+                  params: GhostParams | None = None) -> GhostResult:
+    """Run the detector on a pair of equally sized analysis planes.
+
+    base_speed: float32 (T, h, w), magnitude of the baseline's frame-to-frame flow (analysis pixels per frame),
+    used to turn a lag into a displacement.
+    """
+    params = params or GhostParams()
+    frames = base.y.shape[0]
+    valid = ((base.clipped + cand.clipped) < 0.01).astype(np.float32)
+    local = threading.local()
+
+    def run(t: int) -> tuple[float, int, float, np.ndarray]:
+        if not hasattr(local, "flow"):
+            local.flow = FlowEstimator(accurate=True)
+        aligned = _align(base.y[t], cand.y[t], local.flow)
+        return _analyse_frame(base, cand.y[t], aligned, valid[t], base_speed[t], t, params)
+
+    with ThreadPoolExecutor(max_workers=max(1, params.workers)) as pool:
+        results = list(pool.map(run, range(frames)))
+    scores = np.array([r[0] for r in results], np.float32)
+    required = min(frames, max(params.min_frames, math.ceil(params.min_fraction * frames)))
+    clip_score = float(np.sort(scores)[::-1][required - 1])
+    return GhostResult(
+        scores=scores,
+        lags=np.array([r[1] for r in results], np.int32),
+        displacement=np.array([r[2] for r in results], np.float32),
+        heatmaps=np.stack([r[3] for r in results]),
+        score=clip_score,
+        ghosting=clip_score >= params.frame_threshold,
+        frames_required=required,
+        params=params,
+    )
+
+
+def _align(base_y: np.ndarray, cand_y: np.ndarray, flow: FlowEstimator) -> np.ndarray:
+    """The candidate with the baseline's part that optical flow can explain replaced by the baseline itself.
+
+    Returns cand - warp(base -> cand geometry) + base: equal to base where the candidate is a displaced baseline.
+    """
+    f = flow.flow(to_u8(cand_y), to_u8(base_y))
+    return cand_y - warp(base_y, f) + base_y
+
+
+def _design(base: Planes, t: int, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nuisance regressors X (8, h*w), weighted, and their Gram matrix (8, 8) float64 with a tiny ridge."""
+    y = base.y[t]
+    blur1 = cv2.GaussianBlur(y, (0, 0), 1.0) - y
+    blur2 = cv2.GaussianBlur(y, (0, 0), 2.0) - y
+    gx = cv2.Sobel(y, cv2.CV_32F, 1, 0, ksize=3) / 8
+    gy = cv2.Sobel(y, cv2.CV_32F, 0, 1, ksize=3) / 8
+    x = np.stack([np.ones_like(y), y, base.cb[t], base.cr[t], blur1, blur2, gx, gy]).reshape(8, -1)
+    x *= weight.reshape(1, -1)
+    gram = (x @ x.T).astype(np.float64)
+    gram += np.eye(len(gram)) * (1e-6 * np.trace(gram) / len(gram) + 1e-9)
+    return x, gram
+
+
+def _residual(x: np.ndarray, gram: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """r minus its least-squares fit on the rows of x: what the nuisance model cannot explain."""
+    coef = np.linalg.solve(gram, (x @ r).astype(np.float64)).astype(np.float32)
+    return r - coef @ x
+
+
+def _best_lag(base: Planes, t: int, weight: np.ndarray, resid: np.ndarray, params: GhostParams) -> int:
+    """The lag whose predictor P_s explains most residual energy with a positive sign (0 if none does).
+
+    Cheap: resid is orthogonal to Y_t (a nuisance regressor), so <P_s, resid> = <Y_{t-s}, resid>.
+    """
+    frames = base.y.shape[0]
+    yt = (base.y[t] * weight).ravel()
+    yy = float(yt @ yt)
+    best, best_lag = 0.0, 0
+    for lag in (s for k in params.lags for s in (k, -k)):
+        if not 0 <= t - lag < frames:
+            continue
+        other = (base.y[t - lag] * weight).ravel()
+        num = float(other @ resid)
+        energy = float(other @ other) + yy - 2 * float(other @ yt)
+        if num > 0 and num * num / (energy + 1e-9) > best:
+            best, best_lag = num * num / (energy + 1e-9), lag
+    return best_lag
+
+
+def _box(a: np.ndarray, size: int) -> np.ndarray:
+    return cv2.boxFilter(a, -1, (size, size))
+
+
+def _window_fit(r: np.ndarray, p: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-window least squares of r on p: (sum r*p, sum p*p, slope a, correlation), all (h, w)."""
+    num, den, rr = _box(r * p, size), _box(p * p, size), _box(r * r, size)
+    return num, den, num / (den + 1e-3), num / np.sqrt(den * rr + 1e-3)
+
+
+def _evidence(r: np.ndarray, p: np.ndarray, partners: list[np.ndarray],
+              params: GhostParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Windows where r = a * p holds as a faint, lag-specific copy. Returns (num, den, a, mask), each (h, w)."""
+    size = params.window
+    floor = params.min_contrast ** 2
+    num, den, a, rho = _window_fit(r, p, size)
+    mask = (rho >= params.min_correlation) & (den >= floor) & (a >= params.min_window_opacity) \
+        & (a <= params.max_opacity)
+    # Background the candidate shows in place of the subject: r equals p pixel by pixel (a ~ 1). Windows near
+    # such pixels mix "replaced" with "unchanged" and would read as a partial copy.
+    replaced = ((np.abs(p) >= 12) & (np.abs(r - p) <= 0.3 * np.abs(p))).astype(np.float32)
+    replaced = cv2.blur(replaced, (5, 5)) >= 0.3
+    if replaced.any():
+        mask &= cv2.dilate(replaced.astype(np.uint8), np.ones((size, size), np.uint8)) == 0
+    # Evidence another lag explains about as well is uncovered background, not a copy from one moment.
+    for other in partners:
+        _, den_o, a_o, rho_o = _window_fit(r, other, size)
+        mask &= ~((rho_o >= 0.8 * rho) & (den_o >= floor) & (a_o >= 0.6 * a))
+    return num, den, a, mask
+
+
+def _analyse_frame(base: Planes, cand_y: np.ndarray, aligned_y: np.ndarray, valid: np.ndarray,
+                   speed: np.ndarray, t: int, params: GhostParams) -> tuple[float, int, float, np.ndarray]:
+    """(opacity, lag, displacement, heatmap (h, w)) for frame t."""
+    h, w = base.shape
+    empty = (0.0, 0, 0.0, np.zeros((h, w), np.float32))
+    x, gram = _design(base, t, valid)
+    y = base.y[t]
+    resid_aligned = _residual(x, gram, ((aligned_y - y) * valid).ravel())
+    lag = _best_lag(base, t, valid, resid_aligned, params)
+    if lag == 0:
+        return empty
+    frames = base.y.shape[0]
+    p = (base.y[t - lag] - y) * valid
+    partner_lags = {2 * lag, -lag, 3 * lag, int(lag / 2)} - {0, lag}
+    partners = [(base.y[t - s] - y) * valid for s in sorted(partner_lags) if 0 <= t - s < frames]
+    resid_raw = _residual(x, gram, ((cand_y - y) * valid).ravel()).reshape(h, w)
+    num, den, a, mask = _evidence(resid_aligned.reshape(h, w), p, partners, params)
+    _, _, a_raw, mask_raw = _evidence(resid_raw, p, partners, params)
+    mask &= mask_raw & (np.abs(a_raw - a) <= 0.5 * a)
+    area = int(mask.sum())
+    if area < params.min_area_fraction * h * w:
+        return empty
+    active = den >= params.min_contrast ** 2
+    displacement = abs(lag) * float(np.percentile(speed[active], 90)) if active.any() else 0.0
+    if displacement < params.min_displacement:
+        return empty
+    opacity = float(num[mask].sum() / (den[mask].sum() + 1e-9))
+    heat = np.where(mask, np.clip(a / params.heat_full_opacity, 0, 1), 0).astype(np.float32)
+    return opacity, lag, displacement, heat

@@ -1,0 +1,161 @@
+"""Images for the compare view (abs-diff heatmap, ghost overlay) and their on-disk cache per pair.
+
+Both renderers return uint8 RGB (H, W, 3) at the clip's full resolution. The cache keeps, under
+root_dir/<pair_key>/: summary.json, diff_NNNN.png and ghost_NNNN.png for every frame, and manifest.json, written
+last, which names the source files (size and mtime) the cache was computed from. Every file is written to a
+temporary name and renamed into place, so a reader never sees a half-written file and a crash leaves no manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from .clipio import read_clip
+from .compare import Comparison, compare_clips
+from .errors import QualityError
+from .gates import Gates
+
+DIFF_FULL_SCALE = 64  # abs-diff (8-bit levels) shown at the top of the colour map; fixed so frames compare
+GHOST_COLOUR = np.array([255, 0, 200], np.float32)  # magenta: rare in natural footage
+GHOST_OPACITY = 0.65
+_MANIFEST_VERSION = 1
+_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _check_index(comparison: Comparison, index: int) -> None:
+    if not 0 <= index < comparison.frames:
+        raise QualityError(f"frame index {index} out of range 0..{comparison.frames - 1}")
+
+
+def render_diff_heatmap(comparison: Comparison, frame_index: int) -> np.ndarray:
+    """uint8 (H, W, 3) RGB: |candidate - baseline| through the inferno colour map, full colour at 64 levels."""
+    _check_index(comparison, frame_index)
+    scaled = cv2.convertScaleAbs(comparison.absdiff[frame_index], alpha=255.0 / DIFF_FULL_SCALE)
+    return cv2.cvtColor(cv2.applyColorMap(scaled, cv2.COLORMAP_INFERNO), cv2.COLOR_BGR2RGB)
+
+
+def render_ghost_overlay(comparison: Comparison, frame_index: int) -> np.ndarray:
+    """uint8 (H, W, 3) RGB: the baseline frame with the ghost heatmap blended on in magenta, outlined."""
+    _check_index(comparison, frame_index)
+    frame = comparison.baseline.frames[frame_index].astype(np.float32)
+    heat = comparison.ghost_heatmap(frame_index)
+    weight = (GHOST_OPACITY * heat)[..., None]
+    out = np.clip(frame * (1 - weight) + GHOST_COLOUR * weight + 0.5, 0, 255).astype(np.uint8)
+    edge = (heat >= 0.2).astype(np.uint8)
+    if edge.any():  # an outline keeps faint (low-opacity) ghost regions findable at a glance
+        contours, _ = cv2.findContours(edge, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+        cv2.drawContours(out, contours, -1, tuple(int(c) for c in GHOST_COLOUR), 2)
+    return out
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write bytes to a temporary file in the same folder, then rename over `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _write_png(path: Path, rgb: np.ndarray) -> None:
+    ok, buf = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 1])
+    if not ok:
+        raise OSError(f"PNG encoding failed for {path}")
+    _atomic_write(path, buf.tobytes())
+
+
+def _fingerprint(path: str | os.PathLike) -> dict[str, Any]:
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+@dataclass
+class CachedComparison:
+    """A pair's cached results: the summary (Comparison.summary()) and paths to its files."""
+
+    summary: dict[str, Any]
+    directory: Path
+    summary_path: Path
+    diff_pngs: list[Path]
+    ghost_pngs: list[Path]
+    computed: bool  # False when everything came from the cache
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "directory": str(self.directory), "summary_path": str(self.summary_path),
+                "diff_pngs": [str(p) for p in self.diff_pngs], "ghost_pngs": [str(p) for p in self.ghost_pngs],
+                "computed": self.computed}
+
+
+class OverlayCache:
+    """Summary JSON and per-frame overlay PNGs of each pair, on disk under root_dir/pair_key/."""
+
+    def __init__(self, root_dir: str | os.PathLike, gates: Gates | None = None, align: bool = False,
+                 lpips: bool = True, workers: int = 2):
+        self.root = Path(root_dir)
+        self.gates, self.align, self.lpips, self.workers = gates, align, lpips, workers
+
+    def directory(self, pair_key: str) -> Path:
+        """root_dir/pair_key; the key must be a plain file name (letters, digits, '.', '_', '-')."""
+        if not _KEY.match(pair_key) or pair_key in {".", ".."}:
+            raise QualityError(f"pair_key {pair_key!r} must be 1-128 letters, digits, '.', '_' or '-'")
+        return self.root / pair_key
+
+    def get_or_compute(self, pair_key: str, baseline_path: str | os.PathLike,
+                       candidate_path: str | os.PathLike) -> CachedComparison:
+        """The cached result when it matches these source files, else compute, write and return it."""
+        folder = self.directory(pair_key)
+        sources = {"baseline": _fingerprint(baseline_path), "candidate": _fingerprint(candidate_path)}
+        cached = self._load(folder, sources)
+        if cached is not None:
+            return cached
+        comparison = compare_clips(read_clip(baseline_path), read_clip(candidate_path), gates=self.gates,
+                                   align=self.align, lpips=self.lpips, workers=self.workers)
+        return self._store(folder, sources, comparison)
+
+    def _load(self, folder: Path, sources: dict[str, Any]) -> CachedComparison | None:
+        try:
+            manifest = json.loads((folder / "manifest.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if manifest.get("version") != _MANIFEST_VERSION or manifest.get("sources") != sources:
+            return None
+        diff = [folder / n for n in manifest["diff"]]
+        ghost = [folder / n for n in manifest["ghost"]]
+        summary_path = folder / manifest["summary"]
+        if not all(p.is_file() for p in [summary_path, *diff, *ghost]):
+            return None
+        return CachedComparison(json.loads(summary_path.read_text()), folder, summary_path, diff, ghost, False)
+
+    def _store(self, folder: Path, sources: dict[str, Any], comparison: Comparison) -> CachedComparison:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "manifest.json").unlink(missing_ok=True)  # stale until the new one is complete
+        diff = [folder / f"diff_{i:04d}.png" for i in range(comparison.frames)]
+        ghost = [folder / f"ghost_{i:04d}.png" for i in range(comparison.frames)]
+
+        def write(i: int) -> None:
+            _write_png(diff[i], render_diff_heatmap(comparison, i))
+            _write_png(ghost[i], render_ghost_overlay(comparison, i))
+
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            list(pool.map(write, range(comparison.frames)))
+        summary = comparison.summary()
+        summary_path = folder / "summary.json"
+        _atomic_write(summary_path, json.dumps(summary, indent=1).encode())
+        manifest = {"version": _MANIFEST_VERSION, "sources": sources, "summary": summary_path.name,
+                    "diff": [p.name for p in diff], "ghost": [p.name for p in ghost], "notes": comparison.notes}
+        _atomic_write(folder / "manifest.json", json.dumps(manifest, indent=1).encode())
+        return CachedComparison(summary, folder, summary_path, diff, ghost, True)
