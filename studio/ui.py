@@ -32,6 +32,7 @@ from studio.ui_compare import (
     frame_series,
     pair_ready,
     NOT_AVAILABLE,
+    PICK,
     quality_html,
     suggestion_html,
     worst_frames_table,
@@ -57,8 +58,9 @@ CSS = PLAYER_CSS + """
 .h3-error { color: var(--error-text-color, #b91c1c); font-size: 0.9em; margin-top: -4px; }
 .h3-panel { padding: 8px 10px; border: 1px solid var(--border-color-primary); border-radius: 8px; }
 .h3-table { border-collapse: collapse; margin: 4px 0 8px; font-size: 0.92em; }
-.h3-table td, .h3-table th { border-bottom: 1px solid var(--border-color-primary); padding: 2px 10px 2px 0;
-  text-align: left; }
+.h3-table { width: auto !important; }
+.h3-table td, .h3-table th { border: none !important; border-bottom: 1px solid var(--border-color-primary) !important;
+  padding: 2px 12px 2px 4px !important; text-align: left; }
 .h3-pass { color: #15803d; font-weight: 600; }
 .h3-fail { color: #b91c1c; font-weight: 700; }
 .h3-suggestion { margin-top: 6px; padding: 6px 8px; border-left: 4px solid #a16207;
@@ -487,6 +489,8 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
             return [error_html("clip", f"cannot decode this pair's clips: {error}"), *empty]
         series = frame_series(view_.metrics)
         keys = [(label, key) for key, label, _, _ in SERIES if key in series.values]
+        if series.pick is not None:
+            keys.insert(0, ("quality module's pick", PICK))
         worst_key = series.default_worst_key()
         if frames_ is None:
             return [pair_summary_html(view_, service) + "<p>Both clips are needed to compare.</p>", *empty]

@@ -28,7 +28,7 @@ SERIES_ALIASES = {
     "psnr": ("psnr", "psnr_db"),
     "ssim": ("ssim",),
     "lpips": ("lpips",),
-    "ghost": ("ghost", "ghost_score", "ghosting", "ghost_scores"),
+    "ghost": ("ghost_score", "ghost_scores", "ghost"),  # per_frame "ghost" is studio.quality's flag (bool)
 }
 NOT_AVAILABLE = "not yet available"
 
@@ -36,11 +36,17 @@ NOT_AVAILABLE = "not yet available"
 # ------------------------------------------------------------------------------------------ per frame
 
 
+PICK = "pick"  # the quality module's own "look here first" frame (summary["worst_frame"])
+
+
 @dataclass(frozen=True)
 class FrameSeries:
-    """Per-frame metric series of one pair: key → list of floats (None where a frame has no value)."""
+    """Per-frame metric series of one pair: key → list of floats (None where a frame has no value), the frames
+    the ghost detector flagged, and the quality module's pick of the frame to look at first."""
 
     values: dict[str, list[float | None]]
+    flagged: tuple[bool, ...] = ()
+    pick: int | None = None
 
     @property
     def frames(self) -> int:
@@ -50,7 +56,13 @@ class FrameSeries:
         return {key: (series[frame] if frame < len(series) else None) for key, series in self.values.items()}
 
     def worst(self, key: str, lo: int = 0, hi: int | None = None) -> int | None:
-        """The frame in [lo, hi] where ``key`` is worst (highest ghost/LPIPS, lowest PSNR/SSIM)."""
+        """The frame in [lo, hi] where ``key`` is worst (highest ghost/LPIPS, lowest PSNR/SSIM). For PICK: the
+        module's pick over the whole clip, and within a range the same rule it uses (ghost if flagged, else
+        SSIM)."""
+        if key == PICK:
+            if hi is None and self.pick is not None:
+                return self.pick
+            key = "ghost" if any(self.flagged) else "ssim"
         series = self.values.get(key)
         if not series:
             return None
@@ -60,7 +72,9 @@ class FrameSeries:
         return max(scored)[1] if scored else None
 
     def default_worst_key(self) -> str | None:
-        """Ghost score first: ghosting is the failure the numerical gates miss."""
+        """The module's pick, else ghost score first: ghosting is the failure the numerical gates miss."""
+        if self.pick is not None:
+            return PICK
         for key in ("ghost", "lpips", "ssim", "psnr"):
             if self.values.get(key):
                 return key
@@ -86,6 +100,8 @@ def frame_series(metrics: dict[str, Any] | None) -> FrameSeries:
     per-frame list."""
     if not metrics:
         return FrameSeries({})
+    pick = metrics.get("worst_frame")
+    pick = int(pick) if _finite(pick) else None
     found: dict[str, list] = {}
     per_frame = metrics.get("per_frame")
     if isinstance(per_frame, dict):
@@ -99,14 +115,18 @@ def frame_series(metrics: dict[str, Any] | None) -> FrameSeries:
             for key in ("per_frame", "scores", "per_frame_scores"):
                 if isinstance(block.get(key), list):
                     found.setdefault("ghost", block[key])
+    flags = found.get("ghost")
+    flagged = tuple(bool(v) for v in flags) if isinstance(flags, list) and all(
+        isinstance(v, bool) for v in flags) else ()
     values = {}
     for key, aliases in SERIES_ALIASES.items():
         for alias in aliases:
             series = found.get(alias)
-            if isinstance(series, list) and series and all(v is None or _finite(v) for v in series):
+            if isinstance(series, list) and any(_finite(v) for v in series) and all(
+                    v is None or _finite(v) for v in series):
                 values[key] = [None if v is None else float(v) for v in series]
                 break
-    return FrameSeries(values)
+    return FrameSeries(values, flagged, pick)
 
 
 # ------------------------------------------------------------------------------------------ overlays
@@ -183,8 +203,13 @@ def pair_ready(pair) -> bool:
 def _fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if value is None:
+        return "—"
+    if isinstance(value, int):
+        return str(value)
     if _finite(value):
-        return f"{value:.{digits}g}"
+        value = value + 0.0  # -0.0 → 0.0
+        return f"{value:.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
     if isinstance(value, (list, tuple)) and len(value) == 2 and all(_finite(v) for v in value):
         return f"{value[0]:.{digits}g} – {value[1]:.{digits}g}"
     return html.escape(str(value))
@@ -215,12 +240,13 @@ def suggestion_of(metrics: dict[str, Any]) -> tuple[str | None, str]:
             return (str(value.get("decision") or value.get("verdict") or "") or None,
                     str(value.get("reason") or value.get("reasons") or ""))
         if isinstance(value, str) and value:
-            return value, str(metrics.get("suggestion_reason") or metrics.get("reason") or "")
+            reasons = metrics.get("suggestion_reasons") or metrics.get("suggestion_reason") or ""
+            return value, "; ".join(map(str, reasons)) if isinstance(reasons, list) else str(reasons)
     return None, ""
 
 
 SUMMARY_SKIP = {"per_frame", "gates", "overlays", "ghost", "suggested_verdict", "suggestion", "verdict_suggestion",
-                "suggested", "suggestion_reason", "error"}
+                "suggested", "suggestion_reason", "suggestion_reasons", "error"}
 
 
 def quality_html(pair) -> str:
@@ -234,9 +260,12 @@ def quality_html(pair) -> str:
         return f'<div class="h3-panel"><b>Quality summary</b><p>{note}</p></div>'
     metrics = pair.metrics
     scalars = [(k, v) for k, v in metrics.items() if k not in SUMMARY_SKIP and not isinstance(v, (dict, list))]
-    ghost = metrics.get("ghost") if isinstance(metrics.get("ghost"), dict) else {}
-    scalars += [(f"ghost {k}", v) for k, v in ghost.items() if not isinstance(v, (dict, list))]
-    cells = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{_fmt(v)}</td></tr>" for k, v in scalars)
+    for block in ("ghost", "audio"):  # nested blocks: flatten one level ("audio desync_ms", …)
+        nested = metrics.get(block) if isinstance(metrics.get(block), dict) else {}
+        scalars += [(f"{block} {k}", v) for k, v in nested.items() if not isinstance(v, (dict, list))]
+    # Two name/value pairs per row: the summary stays beside the plots instead of running down the page.
+    pairs = [f"<td>{html.escape(str(k))}</td><td><b>{_fmt(v)}</b></td>" for k, v in scalars]
+    cells = "".join(f"<tr>{''.join(pairs[i:i + 2])}</tr>" for i in range(0, len(pairs), 2))
     gate_rows = "".join(_gate_row(g) for g in gates_of(metrics))
     gates = (f"<table class='h3-table'><tr><th>gate</th><th>result</th><th>value</th><th>threshold</th></tr>"
              f"{gate_rows}</table>") if gate_rows else "<p>No gates in the quality summary.</p>"
@@ -246,11 +275,13 @@ def quality_html(pair) -> str:
 
 def _gate_row(gate: dict[str, Any]) -> str:
     passed = gate["passed"]
-    mark = {True: "<span class='h3-pass'>pass</span>", False: "<span class='h3-fail'>FAIL</span>"}.get(passed, "—")
-    threshold = next((gate[k] for k in ("threshold", "limit", "range", "bounds") if k in gate), "")
+    threshold = next((gate[k] for k in ("threshold", "limit", "range", "bounds") if k in gate), None)
+    # passed None: recorded but not gated (e.g. PSNR), or not evaluated (e.g. LPIPS offline).
+    mark = {True: "<span class='h3-pass'>pass</span>", False: "<span class='h3-fail'>FAIL</span>"}.get(
+        passed, "recorded, not gated" if threshold is None else "not evaluated")
     value = gate.get("value", gate.get("measured", ""))
     return (f"<tr><td>{html.escape(str(gate['name']))}</td><td>{mark}</td><td>{_fmt(value)}</td>"
-            f"<td>{_fmt(threshold)}</td></tr>")
+            f"<td>{'' if threshold is None else _fmt(threshold)}</td></tr>")
 
 
 def suggestion_html(metrics: dict[str, Any]) -> str:
@@ -272,6 +303,10 @@ def frame_readout(series: FrameSeries, frame: int, frames: int, fps: float) -> s
             worst = series.worst(key)
             parts.append(f"{label} {values[key]:.4g}{' ' + unit if unit else ''}"
                          f"{' <b>(worst)</b>' if worst == frame else ''}")
+    if frame < len(series.flagged) and series.flagged[frame]:
+        parts.append("<b class='h3-fail'>ghost flagged</b>")
+    if series.pick == frame:
+        parts.append("<b>the quality module's pick</b>")
     if len(parts) == 2:
         parts.append(f"per-frame metrics {NOT_AVAILABLE}")
     return "<div class='h3-readout'>" + " · ".join(parts) + "</div>"
@@ -279,6 +314,8 @@ def frame_readout(series: FrameSeries, frame: int, frames: int, fps: float) -> s
 
 def worst_frames_table(series: FrameSeries, key: str | None, count: int = 10) -> list[list[Any]]:
     """The ``count`` worst frames by ``key`` with every series' value, for a clickable table."""
+    if key == PICK:
+        key = "ghost" if any(series.flagged) else "ssim"
     if key is None or not series.values.get(key):
         return []
     higher_is_worse = next(worse for k, _, _, worse in SERIES if k == key)
