@@ -255,7 +255,7 @@ def _build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, An
         run, [prompt, duration, aspect, seed, tier, short_edge, steps, baseline_steps, force], outputs,
                      concurrency_limit=GENERATE_CONCURRENCY, concurrency_id="generate", show_progress_on=result,
                      scroll_to_output=True)
-    cancel.click(lambda pid: _cancel(service, pid), pair_state, general_err, cancels=[event], queue=False)
+    cancel.click(lambda pid: _cancel(service, pid), pair_state, [general_err, result], cancels=[event], queue=False)
     return {"duration": duration, "tier": tier, "tier_card": tier_card, "refresh_tiers": refresh_tiers,
             "event": event, "pair": pair_state, "open_compare": open_compare}
 
@@ -344,14 +344,14 @@ def _progress_of(view, plan) -> tuple[int, str]:
     return done, view.status
 
 
-def _cancel(service: StudioService, pair_id: str | None) -> str:
+def _cancel(service: StudioService, pair_id: str | None) -> tuple[str, Any]:
     if not pair_id:
-        return error_html(None, "Nothing to cancel: no pair is being generated from this page.")
+        return error_html(None, "Nothing to cancel: no pair is being generated from this page."), gr.update()
     try:
-        service.cancel_pair(pair_id)
+        view = service.cancel_pair(pair_id)
     except StoreError as error:
-        return error_html(error.field, error.message)
-    return error_html(None, f"Pair {pair_id} cancelled.")
+        return error_html(error.field, error.message), gr.update()
+    return "", pair_summary_html(view, service)
 
 
 def _generate_outputs(errors: dict[str, str], slot_names: list[str], view, service: StudioService | None = None,
