@@ -64,13 +64,13 @@ def _generate(args) -> int:
     ok, reason = availability(tier, request.duration_seconds, request.steps, request.force)
     if not ok:
         raise RequestError("tier", f"{tier.name} is unavailable: {reason}")
-    from engine.engine import Engine
-
     if args.ulysses != 1:
-        from engine.parallel import generate_parallel
+        from engine.parallel import generate_parallel  # the workers import diffusers; this process need not
 
         clip = generate_parallel(args.model, args.tiers_file, _payload(args), args.ulysses)
     else:
+        from engine.engine import Engine
+
         engine = Engine.load(args.model, args.tiers_file, args.device)
         clip = engine.generate(_payload(args))
     mp4_path, json_path = clip.save(args.out)

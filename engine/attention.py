@@ -6,17 +6,30 @@ only (not the text refiner). Per call it asks the shared `AttentionRuntime` what
 - dense, bucket-padded: keys and values are cut at the valid length, so padded rows contribute exactly zero;
 - sparse: rows are reordered so the video rows form 64-row (4×4×4) tiles, `kernels.block_sparse_attn` runs
   (Triton on CUDA, the exact torch reference on CPU), and rows go back to packed order.
+Under sequence parallelism (`runtime.parallel`, see engine/parallel.py) the block sees only this rank's rows; the
+Ulysses exchange turns them into every row of this rank's heads before the three cases above, and back after.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3AttnProcessor, _apply_rotary_emb
 
 from engine.tiers import TierPlan
+
+
+class HeadExchange(Protocol):
+    """Ulysses sequence parallelism around the attention core (implemented by engine.parallel.ParallelContext)."""
+
+    def to_heads(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each `[B, S/W, H, D]` (this rank's rows, all heads) -> `[B, S, H_local, D]` (all rows, local heads)."""
+
+    def to_rows(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """`[B, S, H_local, D]` -> `[B, S/W, H, D]`: the inverse of `to_heads`."""
 
 
 @dataclass
@@ -35,6 +48,7 @@ class AttentionRuntime:
     compile_keys: set = field(default_factory=set)
     sparse_calls: int = 0
     dense_calls: int = 0
+    parallel: HeadExchange | None = None  # set only under sequence parallelism
 
     def begin_step(self, step: int) -> None:
         self.step, self.sparse_calls, self.dense_calls = step, 0, 0
@@ -68,6 +82,9 @@ class StudioAttnProcessor(MiniMaxH3AttnProcessor):
         key = key.unflatten(-1, (attn.heads, -1))
         value = value.unflatten(-1, (attn.heads, -1))
         query, key = self._norm_and_rope(attn, query, key, rotary_emb)
+        if runtime.parallel is not None:
+            # From here on the masks, tile order and valid length all index the whole packed sequence.
+            query, key, value = runtime.parallel.to_heads(query, key, value)
 
         sparse = runtime.plan.sparse_at(runtime.step, self.block_index) if runtime.plan else None
         if sparse is not None:
@@ -82,6 +99,8 @@ class StudioAttnProcessor(MiniMaxH3AttnProcessor):
                 backend=self._attention_backend, parallel_config=self._parallel_config,
             )
             runtime.dense_calls += 1
+        if runtime.parallel is not None:
+            hidden_states = runtime.parallel.to_rows(hidden_states)
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         hidden_states = attn.to_out[0](hidden_states)
         return attn.to_out[1](hidden_states)

@@ -2,7 +2,9 @@
 
 If the residual block 0 adds has barely changed since the previous step (relative L1 below the threshold), blocks
 1..N-1 are skipped and the residual they added at the last computed step is reused. The decision is a single bool
-per step, passed through `agree` so that parallel ranks can all-reduce it and never diverge.
+per step, passed through `agree` so that parallel ranks can all-reduce it and never diverge. Under sequence
+parallelism each rank holds only its rows of the residual, so `measure` replaces the local statistic with the
+whole sequence's (one all-reduce of two sums): every rank then takes the single-process decision.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from engine.tiers import CacheSpec, TierPlan
 class FirstBlockCache:
     """Wraps the transformer blocks' forwards for one request; `remove()` restores them."""
 
-    def __init__(self, spec: CacheSpec, plan: TierPlan, agree: Callable[[bool], bool] | None = None):
+    def __init__(self, spec: CacheSpec, plan: TierPlan, agree: Callable[[bool], bool] | None = None,
+                 measure: Callable[[torch.Tensor, torch.Tensor], float] | None = None):
+        """`measure(residual, previous)` -> relative L1 change; default: over the local tensors."""
         self.spec = spec
         self.plan = plan
         self.agree = agree or (lambda decision: decision)
+        self.measure = measure
         self.blocks: list[torch.nn.Module] = []
         self.step = 0
         self.skip = False
@@ -65,8 +70,11 @@ class FirstBlockCache:
         if self.consecutive >= self.spec.max_consecutive:
             return False
         previous = self.previous_residual
-        change = (residual - previous).abs().mean() / previous.abs().mean().clamp_min(1e-12)
-        self.last_change = float(change)
+        if self.measure is not None:
+            self.last_change = self.measure(residual, previous)
+        else:
+            change = (residual - previous).abs().mean() / previous.abs().mean().clamp_min(1e-12)
+            self.last_change = float(change)
         return self.last_change < self.spec.threshold
 
     def _first(self, original):

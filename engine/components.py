@@ -164,11 +164,13 @@ def quiet_libraries() -> None:
 
 
 def load_components(path: str | os.PathLike | None = None, device: str | None = None,
-                    dtype: torch.dtype | None = None) -> Components:
+                    dtype: torch.dtype | None = None, placement: dict[str, str | None] | None = None) -> Components:
     """Load a checkpoint folder, or the embedded h3-nano when `path` is None.
 
     Defaults: CUDA + bfloat16 when a GPU is present, else CPU + float32. Raises `ModelLoadError` listing every
-    missing or broken component.
+    missing or broken component. `placement` overrides the device of a component folder; `None` there skips
+    loading it (parallel workers: the transformer is loaded on the CPU and sharded onto the GPU by FSDP, and only
+    rank 0 holds the text encoder).
     """
     quiet_libraries()
     root = Path(path) if path is not None else NANO_PATH
@@ -179,9 +181,14 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
         raise ModelLoadError(str(root), problems)
 
     loaded, problems = {}, []
+    placement = placement or {}
     for spec in COMPONENTS:
+        target = placement.get(spec.folder, device_obj)
+        if target is None:
+            loaded[spec.folder] = None
+            continue
         try:
-            loaded[spec.folder] = _load_one(spec, root / spec.folder, dtype, device_obj)
+            loaded[spec.folder] = _load_one(spec, root / spec.folder, dtype, torch.device(target))
         except Exception as error:  # noqa: BLE001 - every failure is collected and reported together
             problems.append(f"{spec.folder}/: failed to load {spec.class_name}: {type(error).__name__}: {error}")
     if problems:
@@ -190,8 +197,8 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
     studio_file = root / "h3_studio.json"
     studio = json.loads(studio_file.read_text()) if studio_file.is_file() else {}
     pipeline_config = {**DEFAULT_PIPELINE_CONFIG, **studio.get("pipeline", {})}
-    text_layers = loaded["text_encoder"].config.text_config.num_hidden_layers
-    if text_layers <= 50:
+    text_layers = loaded["text_encoder"].config.text_config.num_hidden_layers if loaded["text_encoder"] else None
+    if text_layers is not None and text_layers <= 50:
         raise ModelLoadError(str(root), [f"text_encoder/: has {text_layers} decoder layers; H3 reads hidden_states[50]"])
     return Components(
         **loaded,

@@ -4,6 +4,10 @@ validate → plan → encode_text → prepare_noise → denoise → decode_video
 The request's tier becomes a TierPlan; the plan's techniques are installed around the denoise stage (LoRA hooks,
 attention processors, fused blocks, first-block cache) and always removed afterwards, so a failed or cancelled
 request leaves the model exactly as it was and the engine keeps serving.
+
+With a `parallel` context (one per worker process, engine/parallel.py) the same stages run on every rank: the
+prompt is encoded on rank 0 and broadcast, the packed length is padded to a multiple of the group size, the
+attention processors do the Ulysses exchange and the cache measures its change over the whole sequence.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -27,6 +31,9 @@ from engine.plan import FPS, Canvas, PackedLayout, build_layout, resolve_canvas,
 from engine.request import GenerationRequest, ModelLimits, validate_request
 from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode_text, frames_to_uint8, prepare_noise
 from engine.tiers import TierPlan, TierTable, availability
+
+if TYPE_CHECKING:
+    from engine.parallel import ParallelContext
 
 
 class _Timer:
@@ -79,10 +86,12 @@ class Engine:
     """One loaded model serving one request at a time (requests queue on a lock)."""
 
     def __init__(self, components: Components, tiers: TierTable | None = None,
-                 cache_agree: Callable[[bool], bool] | None = None):
-        """`cache_agree` turns a rank's local cache decision into the group's (an all-reduce under parallelism)."""
+                 cache_agree: Callable[[bool], bool] | None = None, parallel: ParallelContext | None = None):
+        """`cache_agree` turns a rank's local cache decision into the group's (an all-reduce under parallelism);
+        `parallel` makes this engine one rank of a sequence-parallel group (None: the single-process engine)."""
         self.components = components
         self.cache_agree = cache_agree
+        self.parallel = parallel
         self.tiers = tiers or TierTable.load()
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
         self._lock = threading.Lock()
@@ -113,11 +122,11 @@ class Engine:
         with self._lock:
             return self._generate(request, timer, on_step, cancel)
 
-    def latents(self, payload: dict | GenerationRequest) -> dict:
+    def latents(self, payload: dict | GenerationRequest, cancel: Callable[[], bool] | None = None) -> dict:
         """Run up to the end of the denoise stage and return the float rows (for exactness tests and benches)."""
         request = self.validate(payload)
         with self._lock:
-            result = self._denoise(request, _Timer(), None, None)
+            result = self._denoise(request, _Timer(), None, cancel)
         return {"video_rows": result.video_rows, "audio_rows": result.audio_rows, "steps": result.step_records,
                 "tokens": result.layout.length, "padded_tokens": result.layout.padded_length}
 
@@ -126,11 +135,16 @@ class Engine:
         tier = self.tiers.get(request.tier)
         plan = TierPlan(tier, request.steps or tier.steps, len(components.transformer.transformer_blocks))
         with timer.stage("encode_text"):
-            prompt_embeds = encode_text(components, request.prompt)
+            if self.parallel is not None:
+                prompt_embeds = self.parallel.encode_text(components, request.prompt)
+            else:
+                prompt_embeds = encode_text(components, request.prompt)
         with timer.stage("plan"):
             canvas = resolve_canvas(components.geometry, request.duration_seconds, request.aspect_ratio,
                                     request.short_edge)
             layout = build_layout(components.geometry, canvas, prompt_embeds.shape[1], tier.bucket)
+            if self.parallel is not None:
+                layout = self.parallel.begin_request(layout)
         with timer.stage("prepare_noise"):
             video_rows, audio_rows = prepare_noise(components, canvas, request.seed)
         with timer.stage("denoise"), self._installed(plan, canvas, layout) as (control, lora_report, runtime):
@@ -192,10 +206,10 @@ class Engine:
                 adapter = self._adapter(str(tier.lora.resolved()), tier.lora.scale)
                 handle = adapter.apply(transformer)
                 lora_report = adapter.report.to_dict()
-            if tier.sparse or tier.fused or layout.padded_length > layout.length:
+            if tier.sparse or tier.fused or layout.padded_length > layout.length or self.parallel is not None:
                 runtime = AttentionRuntime(plan=plan, valid_length=layout.length,
                                            padded_length=layout.padded_length, video_start=layout.video_start,
-                                           fused=tier.fused)
+                                           fused=tier.fused, parallel=self.parallel)
                 if tier.sparse:
                     runtime.row_order, runtime.inverse_order = tile_row_order(
                         layout.video_start, video_tile_order(canvas, self.components.geometry.patch_size),
@@ -207,7 +221,8 @@ class Engine:
                 enable_fused_blocks(transformer)
                 fused_on = True
             if tier.cache:
-                cache = FirstBlockCache(tier.cache, plan, self.cache_agree)
+                measure = self.parallel.relative_change if self.parallel is not None else None
+                cache = FirstBlockCache(tier.cache, plan, self.cache_agree, measure)
                 cache.install(transformer)
             yield _TierControl(runtime, cache), lora_report, runtime
         finally:

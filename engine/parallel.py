@@ -1,0 +1,807 @@
+"""Sequence-parallel serving: N worker processes, one per device, one process group, rank 0 returns the clip.
+
+Each worker runs the ordinary `Engine` with a `ParallelContext`:
+- Weights: FSDP2 (`fully_shard`) per transformer block, per float32 module and the root, over all ranks.
+- Sequence: the packed rows `[text | audio 0 | audio 1 | video]` are padded to a multiple of the group size W
+  (padded rows are masked as keys, exactly like the engine's bucket padding) and split into W contiguous shards
+  at the points the model's own `_cp_plan` names (block 0's input, RoPE, per-block AdaLN indices, `norm_out`),
+  and gathered again at the two output heads. Every rank keeps the full latents and steps both schedulers.
+- Attention (Ulysses): with H heads, U = gcd(H, W) ranks trade rows for heads with one all-to-all, so each rank
+  holds every row of H/U heads; when W does not divide H, the R = W/U replicas of each head group all-gather the
+  rest of the rows (the nano model has 2 heads, so 4 ranks run U = 2, R = 2). The engine's dense / padded /
+  block-sparse attention then runs unchanged on the whole sequence of the local heads; one all-to-all goes back.
+- Text: rank 0 alone holds the text encoder and broadcasts the prompt embeddings.
+- First-block cache: the relative change is reduced over the whole sequence (one all-reduce of two sums), so
+  every rank takes the same decision, and the single-process one.
+- Cancel: one agreed flag per step (all-reduce MAX), so every rank stops at the same step.
+
+`ParallelEngine` is the parent-side handle with `Engine`'s interface (`generate / validate / latents`). A worker
+that dies, runs out of memory or stalls fails the request with a message; the group is then restarted in the
+background and serves the next request. On CPU the backend is gloo (the tests), on CUDA it is NCCL with NVLink
+multicast kept off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import math
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.distributed as dist
+
+# Only light modules at the top: the parent (CLI, app) never imports diffusers; the forkserver imports it once.
+from engine.clip import Clip
+from engine.errors import GenerationCancelled, ModelLoadError, RequestError
+from engine.request import GenerationRequest, ModelLimits, validate_request
+from engine.tiers import TierTable, availability
+
+if TYPE_CHECKING:
+    from engine.plan import ModelGeometry, PackedLayout
+
+# NVLink multicast can take a shared host's GPUs out of service (device KINDS.md): keep it off in every worker.
+SAFE_NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+FAULT_ENV = "H3_PARALLEL_FAULT"  # "rank:step[:exit|oom]": inject one worker failure into the first request
+
+
+class ParallelWorkerError(RuntimeError):
+    """A request failed because a worker died, ran out of memory, raised or stalled; the group is restarted."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The per-rank context: mesh, Ulysses exchange, sequence shards, reductions
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeshShape:
+    """How W ranks split H heads: U ranks trade rows for heads (Ulysses), R = W / U replicas gather the rest."""
+
+    world: int
+    heads: int
+
+    @property
+    def ulysses(self) -> int:
+        return math.gcd(self.heads, self.world)
+
+    @property
+    def replicas(self) -> int:
+        return self.world // self.ulysses
+
+
+@dataclass
+class ParallelContext:
+    """One rank's view of the group. Rank = r·U + u owns row shard `rank`; its heads are chunk u of U."""
+
+    rank: int
+    world: int
+    device: torch.device
+    shape: MeshShape
+    ulysses_group: Any  # ProcessGroup of the U ranks sharing r (contiguous row shards)
+    replica_group: Any  # ProcessGroup of the R ranks sharing u
+    fsdp_mesh: Any  # 1-D DeviceMesh over all ranks
+    counted_rows: int = 0  # rows a single process would hold this request (the cache statistic counts these)
+
+    @classmethod
+    def create(cls, rank: int, world: int, device: torch.device, heads: int) -> ParallelContext:
+        """Build the meshes; the default process group must already be initialised."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        shape = MeshShape(world, heads)
+        grid = init_device_mesh(device.type, (shape.replicas, shape.ulysses), mesh_dim_names=("replica", "ulysses"))
+        flat = init_device_mesh(device.type, (world,))
+        return cls(rank, world, device, shape, grid.get_group("ulysses"), grid.get_group("replica"), flat)
+
+    @property
+    def replica_index(self) -> int:
+        return self.rank // self.shape.ulysses
+
+    # -- request-level -------------------------------------------------------------------------------------------
+
+    def begin_request(self, layout: PackedLayout) -> PackedLayout:
+        """Record the single-process row count and pad the packed length up to a multiple of the group size."""
+        from engine.plan import bucket_length
+
+        self.counted_rows = layout.padded_length
+        return replace(layout, padded_length=bucket_length(layout.padded_length, self.world))
+
+    @torch.no_grad()
+    def encode_text(self, components, prompt: str) -> torch.Tensor:
+        """Rank 0 encodes, everyone receives `(1, T, text_dim)` embeddings (rank 0 alone holds the encoder)."""
+        from engine.stages import encode_text
+
+        embeds = encode_text(components, prompt).contiguous() if self.rank == 0 else None
+        meta = torch.tensor(list(embeds.shape) if embeds is not None else [0, 0, 0], dtype=torch.int64,
+                            device=self.device)
+        dist.broadcast(meta, src=0)
+        if embeds is None:
+            embeds = torch.empty(tuple(meta.tolist()), dtype=components.dtype, device=self.device)
+        dist.broadcast(embeds, src=0)
+        return embeds
+
+    def relative_change(self, residual: torch.Tensor, previous: torch.Tensor) -> float:
+        """First-block cache statistic over the whole sequence: mean|r − p| / mean|p| on the counted rows.
+
+        residual, previous: `[B, S/W, C]` (this rank's rows). One all-reduce of (Σ|r − p|, Σ|p|) in float64;
+        mesh-padding rows (beyond what one process holds) are left out, so the value is the single-process one.
+        """
+        rows = residual.shape[1]
+        counted = max(0, min(rows, self.counted_rows - self.rank * rows))
+        r, p = residual[:, :counted].double(), previous[:, :counted].double()
+        sums = torch.stack([(r - p).abs().sum(), p.abs().sum()])
+        dist.all_reduce(sums)
+        count = residual.shape[0] * self.counted_rows * residual.shape[2]
+        return float((sums[0] / count) / (sums[1] / count).clamp_min(1e-12))
+
+    def agree_any(self, flag: bool) -> bool:
+        """True on every rank if it is True on any rank (all-reduce MAX)."""
+        value = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item() > 0)
+
+    # -- sequence shards -----------------------------------------------------------------------------------------
+
+    def shard(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """This rank's contiguous piece of `x` along `dim` (the length is a multiple of the group size)."""
+        if x.shape[dim] % self.world:
+            raise ValueError(f"sequence length {x.shape[dim]} is not a multiple of the group size {self.world}")
+        return x.chunk(self.world, dim=dim)[self.rank]
+
+    def gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """Inverse of `shard`: every rank's piece, concatenated in rank order along `dim`."""
+        return _all_gather_first(x.movedim(dim, 0), None, self.world).movedim(0, dim)
+
+    # -- Ulysses exchange (engine.attention.HeadExchange) ---------------------------------------------------------
+
+    def to_heads(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each `[B, S/W, H, D]` -> `[B, S, H/U, D]`: one all-to-all (+ an all-gather over replicas when R > 1)."""
+        U, R = self.shape.ulysses, self.shape.replicas
+        qkv = torch.stack([query, key, value])  # (3, B, s, H, D): one exchange for all three
+        three, B, s, H, D = qkv.shape
+        pieces = qkv.reshape(three, B, s, U, H // U, D).permute(3, 0, 1, 2, 4, 5)  # (U, 3, B, s, h, D)
+        pieces = _all_to_all(pieces, self.ulysses_group, U)  # piece j: rows of group rank j, my heads
+        qkv = pieces.permute(1, 2, 0, 3, 4, 5).reshape(three, B, U * s, H // U, D)
+        if R > 1:
+            qkv = _all_gather_first(qkv.unsqueeze(0), self.replica_group, R)  # (R, 3, B, U·s, h, D)
+            qkv = qkv.permute(1, 2, 0, 3, 4, 5).reshape(three, B, R * U * s, H // U, D)
+        return qkv.unbind(0)
+
+    def to_rows(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """`[B, S, H/U, D]` -> `[B, S/W, H, D]`: keep this replica's rows, one all-to-all back to all heads."""
+        U, R = self.shape.ulysses, self.shape.replicas
+        B, S, h, D = hidden_states.shape
+        if R > 1:
+            block = S // R
+            hidden_states = hidden_states[:, self.replica_index * block:(self.replica_index + 1) * block]
+        s = hidden_states.shape[1] // U
+        pieces = hidden_states.reshape(B, U, s, h, D).permute(1, 0, 2, 3, 4)  # piece j: rows of group rank j
+        pieces = _all_to_all(pieces, self.ulysses_group, U)  # piece j: my rows, heads chunk j
+        return pieces.permute(1, 2, 0, 3, 4).reshape(B, s, U * h, D)
+
+
+def _all_to_all(pieces: torch.Tensor, group, size: int) -> torch.Tensor:
+    """`(size, ...)`: piece j goes to group rank j; returns `(size, ...)` with piece j from group rank j."""
+    pieces = pieces.contiguous()
+    if size == 1:
+        return pieces
+    out = torch.empty_like(pieces)
+    dist.all_to_all_single(out, pieces, group=group)
+    return out
+
+
+def _all_gather_first(x: torch.Tensor, group, size: int) -> torch.Tensor:
+    """`(n, ...)` on each of `size` ranks -> `(size·n, ...)` in group-rank order."""
+    x = x.contiguous()
+    if size == 1:
+        return x
+    out = torch.empty((size * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+    _ALL_GATHER(out, x, group=group)
+    return out
+
+
+# torch 2.13 renames all_gather_into_tensor (and warns); the GPU image has torch 2.11.
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sharding the model: sequence hooks from the model's `_cp_plan`, FSDP2 for the weights
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _plan_modules(root: torch.nn.Module, name: str) -> list[torch.nn.Module]:
+    """`"rope"`, `"transformer_blocks.0"` or `"transformer_blocks.*"` -> the modules it names."""
+    head, star, tail = name.partition(".*")
+    if tail:
+        raise ValueError(f"_cp_plan entry {name!r}: only a trailing '.*' wildcard is supported")
+    module = root.get_submodule(head)
+    return list(module) if star else [module]
+
+
+def _forward_parameters(module: torch.nn.Module) -> list[str]:
+    forward = type(module).forward
+    # engine.fused replaces the block's forward by a (*args, **kwargs) dispatcher and keeps the stock one on it.
+    forward = getattr(forward, "_h3_stock_forward", forward)
+    return list(inspect.signature(forward).parameters)[1:]
+
+
+def _check_dims(x: torch.Tensor, expected: int | None, where: str) -> None:
+    if expected is not None and x.dim() != expected:
+        raise ValueError(f"{where}: expected a {expected}-d tensor for the sequence split, got {tuple(x.shape)}")
+
+
+def install_sequence_shards(transformer: torch.nn.Module, ctx: ParallelContext) -> list:
+    """Split and gather the packed sequence where `transformer._cp_plan` says, with plain torch module hooks.
+
+    Torch hooks run in `Module.__call__`, outside `forward`, so they compose with the first-block cache (which
+    wraps `block.forward`), LoRA hooks and FSDP2's own hooks. Returns the hook handles.
+    """
+    from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput
+
+    handles = []
+    for name, entry in transformer._cp_plan.items():
+        for module in _plan_modules(transformer, name):
+            if isinstance(entry, dict):
+                inputs = {k: v for k, v in entry.items() if isinstance(k, str)}
+                outputs = {k: v for k, v in entry.items()
+                           if isinstance(k, int) and isinstance(v, ContextParallelInput) and v.split_output}
+                if inputs:
+                    handles.append(module.register_forward_pre_hook(
+                        _split_inputs_hook(name, _forward_parameters(module), inputs, ctx), with_kwargs=True))
+                if outputs:
+                    handles.append(module.register_forward_hook(_split_outputs_hook(name, outputs, ctx)))
+            else:
+                gathers = list(entry) if isinstance(entry, (list, tuple)) else [entry]
+                assert all(isinstance(g, ContextParallelOutput) for g in gathers), name
+                handles.append(module.register_forward_hook(_gather_outputs_hook(name, gathers, ctx)))
+    return handles
+
+
+def _split_inputs_hook(name: str, parameters: list[str], inputs: dict, ctx: ParallelContext):
+    def hook(module, args, kwargs):
+        args = list(args)
+        for arg, spec in inputs.items():
+            if arg in kwargs:
+                if kwargs[arg] is not None:
+                    _check_dims(kwargs[arg], spec.expected_dims, f"{name}.{arg}")
+                    kwargs[arg] = ctx.shard(kwargs[arg], spec.split_dim)
+            else:
+                index = parameters.index(arg)
+                if index < len(args) and args[index] is not None:
+                    _check_dims(args[index], spec.expected_dims, f"{name}.{arg}")
+                    args[index] = ctx.shard(args[index], spec.split_dim)
+        return tuple(args), kwargs
+
+    return hook
+
+
+def _split_outputs_hook(name: str, outputs: dict, ctx: ParallelContext):
+    def hook(module, args, output):
+        single = isinstance(output, torch.Tensor)
+        items = [output] if single else list(output)
+        for index, spec in outputs.items():
+            _check_dims(items[index], spec.expected_dims, f"{name}[{index}]")
+            items[index] = ctx.shard(items[index], spec.split_dim)
+        return items[0] if single else type(output)(items)
+
+    return hook
+
+
+def _gather_outputs_hook(name: str, gathers: list, ctx: ParallelContext):
+    def hook(module, args, output):
+        single = isinstance(output, torch.Tensor)
+        items = [output] if single else list(output)
+        for index, spec in enumerate(gathers):
+            _check_dims(items[index], spec.expected_dims, f"{name}[{index}]")
+            items[index] = ctx.gather(items[index], spec.gather_dim)
+        return items[0] if single else type(output)(items)
+
+    return hook
+
+
+def shard_weights(transformer: torch.nn.Module, mesh) -> int:
+    """FSDP2 over the group: one unit per block (all-gathered as the loop reaches it), one per float32 module (a
+    unit needs one dtype; the checkpoint is mixed precision), and the root for the rest. Returns the unit count.
+
+    Parameters on the CPU are moved to the mesh's device as they are sharded, so a rank never holds the whole
+    transformer on its GPU.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    units = list(transformer.transformer_blocks)
+    for name in transformer._keep_in_fp32_modules:
+        module = getattr(transformer, name, None)
+        if module is not None and any(True for _ in module.parameters()):
+            units.append(module)
+    for unit in units:
+        fully_shard(unit, mesh=mesh)
+    fully_shard(transformer, mesh=mesh)
+    return len(units) + 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Worker processes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Test hook: make `rank` exit (or raise out-of-memory) when it reaches denoising step `step` (0-based)."""
+
+    rank: int
+    step: int
+    kind: str = "exit"  # exit | oom
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        parts = text.split(":")
+        return cls(int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else "exit")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    model_path: str | None
+    tiers_file: str | None
+    world: int
+    device_type: str  # "cuda" (NCCL) or "cpu" (gloo)
+    init_file: str  # file:// rendezvous, fresh per group start
+    collective_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    kind: str  # generate | latents
+    payload: GenerationRequest
+    fault: Fault | None = None
+
+
+@dataclass(frozen=True)
+class Final:
+    """The one message each rank sends at the end of a job (or of start-up)."""
+
+    job: int
+    rank: int
+    status: str  # ok | cancelled | request_error | oom | error | ready | start_error
+    value: Any = None
+    message: str = ""
+    cache_log: tuple = ()
+
+
+class _StepGuard:
+    """The `cancel` callback every rank passes to the engine: agreed cancel flag, plus the injected test fault."""
+
+    def __init__(self, ctx: ParallelContext, cancel_event, fault: Fault | None):
+        self.ctx, self.cancel_event, self.fault, self.step = ctx, cancel_event, fault, 0
+
+    def __call__(self) -> bool:
+        fault, step = self.fault, self.step
+        self.step += 1
+        if fault is not None and fault.rank == self.ctx.rank and fault.step == step:
+            if fault.kind == "oom":
+                raise torch.OutOfMemoryError(f"injected out-of-memory on rank {fault.rank} at step {step}")
+            os._exit(70)  # a hard death: no cleanup, no message, like a segfault or the OOM killer
+        return self.ctx.agree_any(self.cancel_event.is_set())
+
+
+def _configure_process(spec: WorkerSpec, rank: int) -> torch.device:
+    os.environ.update(SAFE_NCCL_ENV)
+    if spec.device_type == "cuda":
+        torch.cuda.set_device(rank)
+        return torch.device("cuda", rank)
+    # Share the CPU cores between the ranks instead of oversubscribing them.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // spec.world))
+    return torch.device("cpu")
+
+
+def _load_engine(spec: WorkerSpec, rank: int, device: torch.device):
+    from engine.components import load_components
+    from engine.engine import Engine
+
+    backend = "nccl" if spec.device_type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"file://{spec.init_file}", rank=rank, world_size=spec.world,
+                            timeout=timedelta(seconds=spec.collective_timeout_s))
+    # The transformer is loaded on the CPU and FSDP moves each rank's shard onto its device; rank 0 alone runs the
+    # text encoder.
+    placement = {"transformer": "cpu"}
+    if rank != 0:
+        placement["text_encoder"] = None
+    components = load_components(spec.model_path, device=str(device), placement=placement)
+    transformer = components.transformer
+    ctx = ParallelContext.create(rank, spec.world, device, transformer.config.num_attention_heads)
+    shard_weights(transformer, ctx.fsdp_mesh)
+    install_sequence_shards(transformer, ctx)
+    return Engine(components, TierTable.load(spec.tiers_file), parallel=ctx), ctx
+
+
+def _summary(engine) -> dict:
+    components = engine.components
+    return {"name": components.name, "model_id": components.model_id, "path": components.path,
+            "untrained": components.untrained, "geometry": components.geometry,
+            "pipeline_config": components.pipeline_config, "device": str(components.device),
+            "num_blocks": len(components.transformer.transformer_blocks),
+            "transformer_config": dict(components.transformer.config)}
+
+
+def _serve(engine, ctx: ParallelContext, job: Job, outbox, cancel_event) -> Final:
+    guard = _StepGuard(ctx, cancel_event, job.fault)
+    rank = ctx.rank
+    try:
+        if job.kind == "generate" and rank == 0:
+            def on_step(event):
+                outbox.put(("step", job.id, event))
+
+            clip = engine.generate(job.payload, on_step=on_step, cancel=guard)
+            return Final(job.id, rank, "ok", clip, cache_log=tuple(s.get("cache") for s in clip.steps))
+        result = engine.latents(job.payload, cancel=guard)
+        cache_log = tuple(s.get("cache") for s in result["steps"])
+        if rank != 0:
+            return Final(job.id, rank, "ok", None, cache_log=cache_log)
+        value = {**result, "video_rows": result["video_rows"].cpu().numpy(),
+                 "audio_rows": result["audio_rows"].cpu().numpy()}
+        return Final(job.id, rank, "ok", value, cache_log=cache_log)
+    except GenerationCancelled as error:
+        return Final(job.id, rank, "cancelled", message=str(error))
+    except RequestError as error:
+        return Final(job.id, rank, "request_error", (error.field, error.message), str(error))
+    except torch.OutOfMemoryError as error:
+        return Final(job.id, rank, "oom", message=f"worker rank {rank} ran out of memory: {error}")
+    except Exception as error:  # noqa: BLE001 - reported to the parent, which fails the request and restarts
+        traceback.print_exc(file=sys.stderr)
+        return Final(job.id, rank, "error", message=f"worker rank {rank} failed: {type(error).__name__}: {error}")
+
+
+def _worker_main(rank: int, spec: WorkerSpec, inbox, outbox, cancel_event) -> None:
+    """One rank: join the group, load and shard the model, then serve jobs until a None arrives."""
+    try:
+        device = _configure_process(spec, rank)
+        engine, ctx = _load_engine(spec, rank, device)
+    except ModelLoadError as error:
+        outbox.put(Final(-1, rank, "start_error", ("ModelLoadError", error.path, error.problems), str(error)))
+        return
+    except Exception as error:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        outbox.put(Final(-1, rank, "start_error", None, f"worker rank {rank} failed to start: "
+                                                         f"{type(error).__name__}: {error}"))
+        return
+    outbox.put(Final(-1, rank, "ready", _summary(engine) if rank == 0 else None))
+    while True:
+        job = inbox.get()
+        if job is None:
+            break
+        outbox.put(_serve(engine, ctx, job, outbox, cancel_event))
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parent side
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _mp_context():
+    """Workers fork from a forkserver that has imported the engine once: a restart costs a model load, not a ~10 s
+    import of diffusers and transformers per rank. The server never touches CUDA, so forking it is safe."""
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # a CUDA check must not initialise CUDA
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(["engine.parallel", "engine.engine"])
+    return context
+
+
+class _WorkerGroup:
+    """N live worker processes, their queues and a cancel flag. Discarded whole on any failure."""
+
+    def __init__(self, spec: WorkerSpec, rundir: str):
+        context = _mp_context()
+        self.spec, self.rundir = spec, rundir
+        self.outbox = context.Queue()
+        self.inboxes = [context.Queue() for _ in range(spec.world)]
+        self.cancel_event = context.Event()
+        self.processes = [
+            context.Process(target=_worker_main, args=(rank, spec, self.inboxes[rank], self.outbox,
+                                                       self.cancel_event), daemon=True, name=f"h3-rank{rank}")
+            for rank in range(spec.world)
+        ]
+        for process in self.processes:
+            process.start()
+
+    def dead(self) -> list[tuple[int, int]]:
+        """(rank, exit code) of every worker that has exited."""
+        return [(rank, p.exitcode) for rank, p in enumerate(self.processes) if p.exitcode is not None]
+
+    def wait_ready(self, timeout_s: float) -> dict:
+        """Block until every rank has loaded its shard; returns rank 0's model summary."""
+        ready, summary, deadline = set(), None, time.monotonic() + timeout_s
+        while len(ready) < self.spec.world:
+            try:
+                message = self.outbox.get(timeout=0.2)
+            except queue.Empty:
+                if self.dead():
+                    rank, code = self.dead()[0]
+                    raise ParallelWorkerError(f"worker rank {rank} exited during start-up (exit code {code})")
+                if time.monotonic() > deadline:
+                    raise ParallelWorkerError(f"workers not ready after {timeout_s:.0f} s")
+                continue
+            if message.status == "start_error":
+                if isinstance(message.value, tuple) and message.value[0] == "ModelLoadError":
+                    raise ModelLoadError(message.value[1], message.value[2])
+                raise ParallelWorkerError(message.message)
+            ready.add(message.rank)
+            summary = message.value if message.rank == 0 else summary
+        return summary
+
+    def stop(self, graceful: bool) -> None:
+        if graceful:
+            for inbox in self.inboxes:
+                inbox.put(None)
+            for process in self.processes:
+                process.join(timeout=10)
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+        for process in self.processes:
+            process.join(timeout=10)
+        for q in (self.outbox, *self.inboxes):
+            q.cancel_join_thread()
+            q.close()
+        shutil.rmtree(self.rundir, ignore_errors=True)
+
+
+@dataclass
+class ComponentsSummary:
+    """What the studio reads from `engine.components`, reported by rank 0 (the parent holds no weights)."""
+
+    name: str
+    model_id: str
+    path: str
+    untrained: bool
+    geometry: ModelGeometry
+    pipeline_config: dict
+    device: str
+    num_blocks: int
+    transformer_config: dict = field(default_factory=dict)
+
+    @property
+    def transformer(self) -> SimpleNamespace:
+        return SimpleNamespace(transformer_blocks=range(self.num_blocks), config=self.transformer_config)
+
+
+@dataclass
+class _Outcome:
+    finals: dict[int, Final] = field(default_factory=dict)
+    dead: list[tuple[int, int]] = field(default_factory=list)
+    stalled: bool = False
+    last_step: int | None = None
+
+
+class ParallelEngine:
+    """`Engine`'s interface over a sequence-parallel worker group (N processes, rank 0 returns the results)."""
+
+    def __init__(self, model_path: str | None = None, tiers_file: str | None = None, world: int = 2,
+                 device: str | None = None, start_timeout_s: float = 1800.0, stall_timeout_s: float = 900.0,
+                 grace_s: float = 3.0):
+        if world < 2:
+            raise RequestError("ulysses", f"a parallel engine needs ≥ 2 processes, got {world}")
+        device_type = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if device_type == "cuda" and torch.cuda.device_count() < world:
+            raise RequestError("ulysses", f"{world} processes need {world} GPUs; {torch.cuda.device_count()} found")
+        self.model_path, self.tiers_file, self.world, self.device_type = model_path, tiers_file, world, device_type
+        self.tiers = TierTable.load(tiers_file)
+        self.start_timeout_s, self.stall_timeout_s, self.grace_s = start_timeout_s, stall_timeout_s, grace_s
+        self.restarts = 0
+        self._faults: list[Fault] = [Fault.parse(os.environ[FAULT_ENV])] if os.environ.get(FAULT_ENV) else []
+        self._lock = threading.Lock()
+        self._group: _WorkerGroup | None = None
+        self._restart_thread: threading.Thread | None = None
+        self._restart_error: BaseException | None = None
+        self._jobs = 0
+        self._start()
+        atexit.register(self.close)
+
+    # -- Engine interface ----------------------------------------------------------------------------------------
+
+    @property
+    def model_id(self) -> str:
+        return self.components.model_id
+
+    def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
+        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, self.limits)
+        tier = self.tiers.get(request.tier)
+        ok, reason = availability(tier, request.duration_seconds, request.steps, request.force)
+        if not ok:
+            raise RequestError("tier", f"{tier.name} is unavailable: {reason}")
+        return request
+
+    def generate(self, payload: dict | GenerationRequest, on_step: Callable | None = None,
+                 cancel: Callable[[], bool] | None = None) -> Clip:
+        start = time.perf_counter()
+        request = self.validate(payload)
+        clip = self._run("generate", request, on_step, cancel)
+        clip.timings["validate"] = clip.timings.get("validate", 0.0) + time.perf_counter() - start
+        return clip
+
+    def latents(self, payload: dict | GenerationRequest, cancel: Callable[[], bool] | None = None) -> dict:
+        """Rank 0's denoised rows (as `Engine.latents`), plus `rank_cache_logs`: each rank's per-step cache log."""
+        return self._run("latents", self.validate(payload), None, cancel)
+
+    def inject_fault(self, fault: Fault) -> None:
+        """Test hook: the next request makes `fault.rank` die (or raise out-of-memory) at `fault.step`."""
+        self._faults.append(fault)
+
+    def close(self) -> None:
+        with self._lock:
+            self._join_restart()
+            if self._group is not None:
+                self._group.stop(graceful=True)
+                self._group = None
+
+    def __enter__(self) -> ParallelEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- group lifecycle -----------------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        rundir = tempfile.mkdtemp(prefix="h3-parallel-")
+        spec = WorkerSpec(self.model_path, self.tiers_file, self.world, self.device_type,
+                          init_file=os.path.join(rundir, "rendezvous"))
+        group = _WorkerGroup(spec, rundir)
+        try:
+            summary = group.wait_ready(self.start_timeout_s)
+        except BaseException:
+            group.stop(graceful=False)
+            raise
+        self.components = ComponentsSummary(**summary)
+        self.limits = ModelLimits(default_short_edge=self.components.pipeline_config["canvas_short_edge"])
+        self._group = group
+
+    def _restart_in_background(self) -> None:
+        def restart():
+            try:
+                self._start()
+            except BaseException as error:  # noqa: BLE001 - surfaced by the next request
+                self._restart_error = error
+
+        self.restarts += 1
+        self._restart_error = None
+        self._restart_thread = threading.Thread(target=restart, name="h3-parallel-restart", daemon=True)
+        self._restart_thread.start()
+
+    def _join_restart(self) -> None:
+        if self._restart_thread is not None:
+            self._restart_thread.join()
+            self._restart_thread = None
+
+    def _ready_group(self) -> _WorkerGroup:
+        """The live group; waits for a restart in progress and replaces a group that died while idle."""
+        self._join_restart()
+        if self._restart_error is not None:
+            error, self._restart_error = self._restart_error, None
+            self._group = None
+            raise ParallelWorkerError(f"the worker group could not be restarted: {error}") from error
+        if self._group is not None and self._group.dead():
+            self._group.stop(graceful=False)
+            self._group = None
+            self.restarts += 1
+        if self._group is None:
+            self._start()
+        return self._group
+
+    # -- one request ---------------------------------------------------------------------------------------------
+
+    def _run(self, kind: str, request: GenerationRequest, on_step, cancel):
+        with self._lock:
+            group = self._ready_group()
+            self._jobs += 1
+            job = Job(self._jobs, kind, request, self._faults.pop(0) if self._faults else None)
+            group.cancel_event.clear()
+            for inbox in group.inboxes:
+                inbox.put(job)
+            outcome = self._collect(group, job, on_step, cancel)
+            return self._resolve(group, job, outcome)
+
+    def _collect(self, group: _WorkerGroup, job: Job, on_step, cancel) -> _Outcome:
+        """Relay progress until every rank sent its Final, a rank died, the others stopped answering after a
+        failure (`grace_s`), or nothing happened for `stall_timeout_s`."""
+        outcome = _Outcome()
+        last_activity, failed_at = time.monotonic(), None
+        while len(outcome.finals) < self.world:
+            try:
+                message = group.outbox.get(timeout=0.1)
+            except queue.Empty:
+                now = time.monotonic()
+                outcome.dead = group.dead()
+                if outcome.dead:
+                    break
+                if cancel is not None and not group.cancel_event.is_set() and cancel():
+                    group.cancel_event.set()
+                if failed_at is not None and now - failed_at > self.grace_s:
+                    break
+                if now - last_activity > self.stall_timeout_s:
+                    outcome.stalled = True
+                    break
+                continue
+            last_activity = time.monotonic()
+            if isinstance(message, tuple) and message[0] == "step" and message[1] == job.id:
+                outcome.last_step = message[2].index
+                if on_step is not None:
+                    on_step(message[2])
+            elif isinstance(message, Final) and message.job == job.id:
+                outcome.finals[message.rank] = message
+                if message.status not in ("ok", "cancelled", "request_error") and failed_at is None:
+                    failed_at = last_activity
+        if not outcome.dead:
+            time.sleep(0.05)  # a rank that died right after its last message shows up here
+            outcome.dead = group.dead()
+        return outcome
+
+    def _resolve(self, group: _WorkerGroup, job: Job, outcome: _Outcome):
+        statuses = {final.status for final in outcome.finals.values()}
+        complete = len(outcome.finals) == self.world and not outcome.dead
+        if complete and statuses == {"ok"}:
+            logs = [outcome.finals[rank].cache_log for rank in range(self.world)]
+            if any(log != logs[0] for log in logs):
+                return self._fail(group, f"ranks diverged on first-block cache decisions: {logs}")
+            value = outcome.finals[0].value
+            if job.kind == "latents":
+                value = {**value, "video_rows": torch.from_numpy(value["video_rows"]),
+                         "audio_rows": torch.from_numpy(value["audio_rows"]), "rank_cache_logs": logs}
+            return value
+        if complete and statuses == {"cancelled"}:
+            raise GenerationCancelled(outcome.finals[0].message)
+        if complete and statuses == {"request_error"}:
+            raise RequestError(*outcome.finals[0].value)
+        return self._fail(group, self._failure_message(outcome))
+
+    def _failure_message(self, outcome: _Outcome) -> str:
+        where = f" after {outcome.last_step + 1} completed denoising steps" if outcome.last_step is not None else ""
+        if outcome.dead:
+            rank, code = outcome.dead[0]
+            return f"worker rank {rank} died (exit code {code}){where}"
+        failures = [f for f in outcome.finals.values() if f.status not in ("ok", "cancelled", "request_error")]
+        if failures:
+            first = min(failures, key=lambda f: (f.status != "oom", f.rank))
+            return first.message
+        if outcome.stalled:
+            return f"no progress from the workers for {self.stall_timeout_s:.0f} s{where}"
+        return f"ranks disagreed on the outcome: {sorted((r, f.status) for r, f in outcome.finals.items())}"
+
+    def _fail(self, group: _WorkerGroup, reason: str):
+        group.stop(graceful=False)
+        self._group = None
+        self._restart_in_background()
+        raise ParallelWorkerError(f"generation failed: {reason}; the {self.world} workers are being restarted "
+                                  f"and will serve the next request")
+
+
+def generate_parallel(model_path: str | None, tiers_file: str | None, payload: dict, n: int) -> Clip:
+    """CLI entry (`python -m engine generate --ulysses N`): one clip from an N-process group, then shut it down.
+
+    N = 1 keeps the engine in-process.
+    """
+    if n < 1:
+        raise RequestError("ulysses", f"must be ≥ 1, got {n}")
+    if n == 1:
+        from engine.engine import Engine
+
+        return Engine.load(model_path, tiers_file).generate(payload)
+    with ParallelEngine(model_path, tiers_file, world=n) as engine:
+        return engine.generate(payload)
+
+
+__all__ = ["ComponentsSummary", "Fault", "MeshShape", "ParallelContext", "ParallelEngine", "ParallelWorkerError",
+           "generate_parallel", "install_sequence_shards", "shard_weights"]
