@@ -1,0 +1,656 @@
+"""Train the embedded h3-nano on the procedural shapes dataset, in resumable, time-budgeted phases.
+
+    python -m train.train_nano --out $OUT [--resume DIR] [--budget 285] [--phases video_vae,audio_vae,dit,lora]
+
+Phases (each writes its checkpoint under --out as soon as it ends, so a killed run still returns progress):
+1. `video_vae`  AutoencoderKLMiniMaxH3 on 22-frame windows (17n+5, n=1): L1 in the VAE's ImageNet-normalised pixel
+                space, shape pixels weighted up, small KL. Then per-channel latent mean/std over full clips.
+2. `audio_vae`  AutoencoderKLMiniMaxH3Audio on 1.2 s mono crops: L1 + multi-resolution log-STFT, small KL.
+3. `dit`        MiniMaxH3Transformer3DModel, flow matching on the engine's exact packed t2va layout, with the
+                frozen nano text encoder's outputs precomputed on CPU (train/text_embeds.py). EMA weights are kept.
+4. `lora`       9-step and 5-step turbo LoRAs distilled from the 50-step teacher (trajectory distillation: the
+                student's Euler step from a teacher state must land on the teacher's state at its next grid point).
+Live checks after `dit` and `lora` (held-out tracker accuracy, turbo-vs-baseline SSIM) go to train_log.json.
+
+Files under --out (flat, ≤ 8): video_vae.safetensors, audio_vae.safetensors, transformer.safetensors (EMA, fp16),
+lora9.safetensors, lora5.safetensors, train_log.json, preview.npz. `--resume DIR` loads any of them and skips
+phases that are done unless named in --phases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from train import configs  # noqa: E402
+from train.dataset import (  # noqa: E402
+    BACKGROUNDS, COLOURS, MOTIONS, NUM_FRAMES, NUM_SAMPLES, NUM_TEMPLATES, SHAPES, caption, make_spec,
+    content_tuples, render_audio, render_video, sample_specs,
+)
+from train.flow import (  # noqa: E402
+    AUDIO_SHIFT, VIDEO_SHIFT, Lora, batch_layout, batched_forward, euler_sample, noised, patchify, shift_sigma,
+)
+
+PIXEL_MEAN = (0.485, 0.456, 0.406)
+PIXEL_STD = (0.229, 0.224, 0.225)
+PHASES = ("video_vae", "audio_vae", "dit", "lora")
+FILES = {"video_vae": "video_vae.safetensors", "audio_vae": "audio_vae.safetensors",
+         "dit": "transformer.safetensors", "lora9": "lora9.safetensors", "lora5": "lora5.safetensors"}
+
+
+class Run:
+    """Shared state: device, deadlines, the log and the output folder."""
+
+    def __init__(self, args):
+        self.args = args
+        self.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.cuda = self.device.type == "cuda"
+        self.start = time.time()
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log = {"args": vars(args), "device": str(self.device), "phases": {}}
+        if self.cuda:
+            self.log["gpu"] = torch.cuda.get_device_name()
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+
+    def elapsed(self) -> float:
+        return time.time() - self.start
+
+    def phase_deadline(self, seconds: float, reserve: float) -> float:
+        """Wall time at which a phase must stop: its own share, and never eat into what later phases reserve."""
+        return min(time.time() + seconds, self.start + self.args.budget - reserve)
+
+    def autocast(self):
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.cuda)
+
+    def save_log(self) -> None:
+        self.log["elapsed_s"] = round(self.elapsed(), 1)
+        (self.out / "train_log.json").write_text(json.dumps(self.log, indent=1))
+
+    def note(self, phase: str, **values) -> None:
+        self.log["phases"].setdefault(phase, {}).update(values)
+        print(f"[{self.elapsed():6.1f}s] {phase}: " + ", ".join(f"{k}={v}" for k, v in values.items()
+                                                              if not isinstance(v, (list, dict))), flush=True)
+        self.save_log()
+
+
+def seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def save_weights(module: torch.nn.Module, path: Path, dtype=torch.float16) -> None:
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
+             for k, v in module.state_dict().items()}
+    save_file(state, str(path))
+
+
+def load_weights(module: torch.nn.Module, path: Path) -> None:
+    from safetensors.torch import load_file
+
+    state = load_file(str(path))
+    module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+
+
+def to_vae_space(video: torch.Tensor) -> torch.Tensor:
+    """(B, T, H, W, 3) in [0, 1] → (B, 3, T, H, W) ImageNet-normalised, the VAE's pixel convention."""
+    mean = torch.tensor(PIXEL_MEAN, device=video.device)
+    std = torch.tensor(PIXEL_STD, device=video.device)
+    return ((video - mean) / std).permute(0, 4, 1, 2, 3)
+
+
+def from_vae_space(x: torch.Tensor) -> torch.Tensor:
+    """Decoder output → (B, T, H, W, 3) in [0, 1], as the engine's decode_video does."""
+    mean = torch.tensor(PIXEL_MEAN, device=x.device).view(1, 3, 1, 1, 1)
+    std = torch.tensor(PIXEL_STD, device=x.device).view(1, 3, 1, 1, 1)
+    return (x.float() * std + mean).clamp(0, 1).permute(0, 2, 3, 4, 1)
+
+
+def gaussian_kl(mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar).mean()
+
+
+def cosine_lr(step: int, warmup: int, progress: float, base: float) -> float:
+    """Linear warm-up, then cosine decay to 10% following the wall-clock progress of the phase."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Phase 1: video VAE
+
+
+def train_video_vae(run: Run) -> torch.nn.Module:
+    from diffusers import AutoencoderKLMiniMaxH3
+
+    args = run.args
+    seed_all(configs.SEED + 1)
+    vae = AutoencoderKLMiniMaxH3(**configs.VIDEO_VAE).to(run.device).train()
+    vae.use_tiling = False  # 224x128 is below the 256 tile anyway; keep the graph simple
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0, betas=(0.9, 0.99))
+    rng = np.random.default_rng(configs.SEED + 1)
+    generator = torch.Generator(run.device).manual_seed(configs.SEED + 1)
+    window = 22  # 17 * 1 + 5 frames → 7 latent frames, one full decode chunk with its overlap
+    begin = time.time()
+    deadline = run.phase_deadline(args.vae_seconds, reserve=args.reserve_after_vae)
+    losses, step = [], 0
+    while time.time() < deadline and step < args.max_steps:
+        specs = sample_specs(int(rng.integers(2**31)), args.vae_batch, "train")
+        first = int(rng.integers(0, NUM_FRAMES - window + 1))
+        frames = torch.arange(first, first + window)
+        video, coverage = render_video(specs, frames, run.device, with_mask=True)
+        x = to_vae_space(video)
+        weight = 1.0 + args.shape_weight * coverage[:, None]
+        for group in optimizer.param_groups:
+            group["lr"] = cosine_lr(step, 100, (time.time() - begin) / max(deadline - begin, 1), args.vae_lr)
+        with run.autocast():
+            posterior = vae.encode(x).latent_dist
+            z = posterior.mean + posterior.std * torch.randn(posterior.mean.shape, device=run.device,
+                                                            generator=generator)
+            recon = vae.decode(z).sample
+        loss_rec = (weight * (recon.float() - x).abs()).mean()
+        loss = loss_rec + args.vae_kl * gaussian_kl(posterior.mean.float(), posterior.logvar.float())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        optimizer.step()
+        if step % 25 == 0:
+            losses.append([step, round(time.time() - begin, 2), loss_rec.item()])
+        step += 1
+    vae.eval()
+    mean, std = latent_stats(run, vae)
+    vae.register_to_config(latents_mean=tuple(mean), latents_std=tuple(std))
+    save_weights(vae, run.out / FILES["video_vae"])
+    run.note("video_vae", steps=step, seconds=round(time.time() - begin, 1), final_l1=losses[-1][2] if losses else None,
+             losses=losses, latents_mean=mean, latents_std=std)
+    return vae
+
+
+@torch.no_grad()
+def latent_stats(run: Run, vae) -> tuple[list[float], list[float]]:
+    """Per-channel mean/std of posterior modes over full clips: the pipeline's latents_mean / latents_std."""
+    specs = sample_specs(configs.SEED + 2, 16 if run.cuda else 2, "train")
+    z = vae.encode(to_vae_space(render_video(specs, device=run.device))).latent_dist.mode().float()
+    return z.mean(dim=(0, 2, 3, 4)).tolist(), z.std(dim=(0, 2, 3, 4)).clamp_min(1e-3).tolist()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Phase 2: audio VAE
+
+
+def stft_loss(recon: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Multi-resolution STFT: L1 of log magnitudes plus spectral convergence, at 3 window sizes."""
+    total = 0.0
+    for n_fft in (256, 512, 1024):
+        window = torch.hann_window(n_fft, device=recon.device)
+        spec = [torch.stft(x, n_fft, n_fft // 4, window=window, return_complex=True).abs() + 1e-5
+                for x in (recon.squeeze(1).float(), target.squeeze(1).float())]
+        total = total + (spec[0].log() - spec[1].log()).abs().mean()
+        total = total + (spec[0] - spec[1]).norm() / spec[1].norm()
+    return total / 3
+
+
+def train_audio_vae(run: Run) -> torch.nn.Module:
+    from diffusers import AutoencoderKLMiniMaxH3Audio
+
+    args = run.args
+    seed_all(configs.SEED + 3)
+    vae = AutoencoderKLMiniMaxH3Audio(**configs.AUDIO_VAE).to(run.device).train()
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.audio_lr, weight_decay=0.0, betas=(0.8, 0.99))
+    rng = np.random.default_rng(configs.SEED + 3)
+    generator = torch.Generator(run.device).manual_seed(configs.SEED + 3)
+    hop = math.prod(configs.AUDIO_VAE["encoder_rates"])
+    crop = 48 * hop  # 1.2 s
+    begin = time.time()
+    deadline = run.phase_deadline(args.audio_seconds, reserve=args.reserve_after_audio)
+    losses, step = [], 0
+    while time.time() < deadline and step < args.max_steps:
+        specs = sample_specs(int(rng.integers(2**31)), args.audio_batch, "train")
+        audio = render_audio(specs, run.device)  # (B, 2, N)
+        first = int(rng.integers(0, (NUM_SAMPLES - crop) // hop + 1)) * hop
+        x = audio[:, :, first:first + crop].reshape(-1, 1, crop)
+        for group in optimizer.param_groups:
+            group["lr"] = cosine_lr(step, 50, (time.time() - begin) / max(deadline - begin, 1), args.audio_lr)
+        posterior = vae.encode(x).latent_dist
+        z = posterior.mean + posterior.std * torch.randn(posterior.mean.shape, device=run.device, generator=generator)
+        recon = vae.decode(z).sample
+        loss_rec = (recon - x).abs().mean() + stft_loss(recon, x)
+        loss = loss_rec + args.audio_kl * gaussian_kl(posterior.mean, 2 * posterior.logs)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        optimizer.step()
+        if step % 25 == 0:
+            losses.append([step, round(time.time() - begin, 2), loss_rec.item()])
+        step += 1
+    vae.eval()
+    with torch.no_grad():
+        specs = sample_specs(configs.SEED + 4, 8 if run.cuda else 1, "train")
+        z = vae.encode(render_audio(specs, run.device).reshape(-1, 1, NUM_SAMPLES)).latent_dist.mode()
+    mean, std = z.mean(dim=(0, 2)).tolist(), z.std(dim=(0, 2)).clamp_min(1e-3).tolist()
+    vae.register_to_config(latents_mean=mean, latents_std=std)
+    save_weights(vae, run.out / FILES["audio_vae"], dtype=torch.float32)
+    run.note("audio_vae", steps=step, seconds=round(time.time() - begin, 1), final_loss=losses[-1][2] if losses else None,
+             losses=losses, latents_mean=mean, latents_std=std)
+    return vae
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Latent dataset
+
+
+def content_index(colour: str, shape: str, motion: str, background: str) -> int:
+    """Index of a content tuple in `all_captions()` order (times NUM_TEMPLATES, plus a template, is a caption)."""
+    c, s = list(COLOURS).index(colour), SHAPES.index(shape)
+    m, b = MOTIONS.index(motion), list(BACKGROUNDS).index(background)
+    return ((c * len(SHAPES) + s) * len(MOTIONS) + m) * len(BACKGROUNDS) + b
+
+
+@torch.no_grad()
+def encode_clips(run: Run, vae, audio_vae, specs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clips → normalised latent rows in the engine's packing: video (B, 1036, 32), audio (B, 414, 8)."""
+    vmean = torch.tensor(vae.config.latents_mean, device=run.device).view(1, -1, 1, 1, 1)
+    vstd = torch.tensor(vae.config.latents_std, device=run.device).view(1, -1, 1, 1, 1)
+    amean = torch.tensor(audio_vae.config.latents_mean, device=run.device).view(1, -1, 1)
+    astd = torch.tensor(audio_vae.config.latents_std, device=run.device).view(1, -1, 1)
+    z = vae.encode(to_vae_space(render_video(specs, device=run.device))).latent_dist.mode().float()
+    z = (z - vmean) / vstd
+    rows = patchify(z)
+    audio = render_audio(specs, run.device).reshape(-1, 1, NUM_SAMPLES)
+    za = (audio_vae.encode(audio).latent_dist.mode().float() - amean) / astd  # (B*2, C, 207)
+    audio_rows = za.view(len(specs), 2, za.shape[1], -1).permute(0, 1, 3, 2).reshape(len(specs), -1, za.shape[1])
+    return rows, audio_rows
+
+
+def build_latent_dataset(run: Run, vae, audio_vae) -> dict:
+    args = run.args
+    begin = time.time()
+    specs = sample_specs(configs.SEED + 5, args.num_clips, "train")
+    video, audio = [], []
+    for i in range(0, len(specs), args.encode_batch):
+        v, a = encode_clips(run, vae, audio_vae, specs[i:i + args.encode_batch])
+        video.append(v.to(torch.bfloat16))
+        audio.append(a.to(torch.bfloat16))
+    content = torch.tensor([content_index(s.colour, s.shape, s.motion, s.background) for s in specs],
+                           device=run.device)
+    run.note("latents", clips=len(specs), seconds=round(time.time() - begin, 1))
+    return {"video": torch.cat(video), "audio": torch.cat(audio), "content": content}
+
+
+class TextTable:
+    """Caption embeddings (precomputed on CPU) with their full padded layouts, resident on the device."""
+
+    def __init__(self, path: Path, device):
+        table = torch.load(path, map_location="cpu")
+        self.captions = table["captions"]
+        self.embeds = table["embeds"].to(device)
+        self.lengths = table["lengths"]
+        self.max_len = int(self.lengths.max())
+        self.layout = batch_layout(self.lengths.tolist(), self.max_len, device)
+        self.device = device
+
+    def index_of(self, text: str) -> int:
+        return self.captions.index(text)
+
+    def batch(self, caption_ids: torch.Tensor):
+        """(embeds (B, Lmax, D), BatchLayout) for caption indices."""
+        ids = caption_ids.to(self.device)
+        layout = type(self.layout)(**{k: v.index_select(0, ids) for k, v in vars(self.layout).items()})
+        return self.embeds.index_select(0, ids).float(), layout
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Phase 3: transformer
+
+
+def sample_u(batch: int, generator, device) -> torch.Tensor:
+    """Base noise levels, stratified over the batch. Through the shifts (12 video, 3 audio) this matches the joint
+    distribution of (video sigma, audio sigma) the engine's sampler visits."""
+    return ((torch.arange(batch, device=device) + torch.rand(batch, device=device, generator=generator)) / batch)
+
+
+def train_dit(run: Run, data: dict, text: TextTable, model=None):
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    args = run.args
+    seed_all(configs.SEED + 6)
+    if model is None:
+        model = MiniMaxH3Transformer3DModel(**configs.TRANSFORMER).to(run.device)
+    model.train()
+    ema = copy.deepcopy(model).eval().requires_grad_(False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.dit_lr, weight_decay=0.01, betas=(0.9, 0.99))
+    generator = torch.Generator(run.device).manual_seed(configs.SEED + 6)
+    count = data["video"].shape[0]
+    begin = time.time()
+    deadline = run.phase_deadline(args.dit_seconds, reserve=args.reserve_after_dit)
+    losses, step = [], 0
+    while time.time() < deadline and step < args.max_steps:
+        idx = torch.randint(0, count, (args.dit_batch,), device=run.device, generator=generator)
+        template = torch.randint(0, NUM_TEMPLATES, (args.dit_batch,), device=run.device, generator=generator)
+        embeds, layout = text.batch(data["content"][idx] * NUM_TEMPLATES + template)
+        x_video, x_audio = data["video"][idx].float(), data["audio"][idx].float()
+        n_video = torch.randn(x_video.shape, device=run.device, generator=generator)
+        n_audio = torch.randn(x_audio.shape, device=run.device, generator=generator)
+        u = sample_u(args.dit_batch, generator, run.device)
+        s_video, s_audio = shift_sigma(u, VIDEO_SHIFT), shift_sigma(u, AUDIO_SHIFT)
+        for group in optimizer.param_groups:
+            group["lr"] = cosine_lr(step, 200, (time.time() - begin) / max(deadline - begin, 1), args.dit_lr)
+        with run.autocast():
+            v_video, v_audio = batched_forward(model, noised(x_video, n_video, s_video),
+                                               noised(x_audio, n_audio, s_audio), embeds, layout,
+                                               1 - s_video, 1 - s_audio)
+        loss_video = F.mse_loss(v_video.float(), x_video - n_video)
+        loss_audio = F.mse_loss(v_audio.float(), x_audio - n_audio)
+        loss = loss_video + args.audio_weight * loss_audio
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        decay = min(args.ema, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for p_ema, p in zip(ema.parameters(), model.parameters()):
+                p_ema.lerp_(p, 1 - decay)
+        if step % 25 == 0:
+            losses.append([step, round(time.time() - begin, 2), float(loss_video), float(loss_audio)])
+        step += 1
+    save_weights(ema, run.out / FILES["dit"])
+    run.note("dit", steps=step, seconds=round(time.time() - begin, 1), samples=step * args.dit_batch,
+             final_video_mse=losses[-1][2] if losses else None, losses=losses)
+    return ema
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sampling and live checks
+
+
+def heldout_prompts(count: int) -> list:
+    """Held-out content tuples with a deterministic template each (the verification's prompt set)."""
+    tuples = content_tuples("heldout")
+    rng = np.random.default_rng(configs.SEED + 7)
+    order = rng.permutation(len(tuples))[:count]
+    return [(tuples[i], int(rng.integers(NUM_TEMPLATES))) for i in order]
+
+
+@torch.no_grad()
+def sample_clips(run: Run, model, text: TextTable, captions: list[str], steps: int, seed: int, vae):
+    """Euler sampling on the engine's grids (steps forwards), decoded to uint8 frames (B, T, H, W, 3) on device."""
+    ids = torch.tensor([text.index_of(c) for c in captions])
+    embeds, layout = text.batch(ids)
+    generator = torch.Generator(run.device).manual_seed(seed)
+    patch_dim = model.proj_in.in_features
+    video = torch.randn(len(captions), layout.video_idx.shape[1], patch_dim, device=run.device, generator=generator)
+    audio = torch.randn(len(captions), layout.audio_idx.shape[1], model.audio_proj_in.in_features,
+                        device=run.device, generator=generator)
+    u_grid = torch.linspace(1.0, 0.0, steps + 1)
+    video, audio, _ = euler_sample(model, video, audio, embeds, layout, u_grid, autocast=run.cuda)
+    return decode_rows(run, vae, video)
+
+
+@torch.no_grad()
+def decode_rows(run: Run, vae, rows: torch.Tensor) -> torch.Tensor:
+    from train.flow import LATENT_FRAMES, LATENT_H, LATENT_W
+
+    channels = vae.config.latent_channels
+    latents = rows.view(-1, LATENT_FRAMES, LATENT_H // 2, LATENT_W // 2, channels, 1, 2, 2)
+    latents = latents.permute(0, 4, 1, 5, 2, 6, 3, 7).reshape(-1, channels, LATENT_FRAMES, LATENT_H, LATENT_W)
+    mean = torch.tensor(vae.config.latents_mean, device=run.device).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std, device=run.device).view(1, -1, 1, 1, 1)
+    frames = [from_vae_space(vae.decode(latents[i:i + 1] * std + mean).sample) for i in range(latents.shape[0])]
+    return (torch.cat(frames) * 255).round().to(torch.uint8)
+
+
+def live_checks(run: Run, model, text: TextTable, vae, tag: str, loras: dict | None = None) -> None:
+    """Held-out tracker accuracy at 50 steps and, when LoRAs exist, turbo-vs-baseline SSIM (same seed)."""
+    from train.metrics import ssim, track
+
+    prompts = heldout_prompts(run.args.check_prompts)
+    captions = [caption(*content, template) for content, template in prompts]
+    baseline = sample_clips(run, model, text, captions, run.args.teacher_steps, 42, vae).cpu().numpy()
+    hits, details = 0, []
+    for (content, _), frames in zip(prompts, baseline):
+        tr = track(frames)
+        ok = tr.colour == content[0] and tr.motion == content[2]
+        hits += ok
+        details.append({"content": list(content), **tr.to_dict(), "ok": bool(ok)})
+    result = {"heldout_accuracy": round(hits / len(prompts), 3), "heldout": details}
+    for name, lora in (loras or {}).items():
+        lora.enabled = True
+        turbo = sample_clips(run, model, text, captions, lora.steps, 42, vae).cpu().numpy()
+        lora.enabled = False
+        plain = sample_clips(run, model, text, captions, lora.steps, 42, vae).cpu().numpy()
+        result[f"ssim_{name}"] = round(float(np.mean([ssim(a, b) for a, b in zip(turbo, baseline)])), 4)
+        result[f"ssim_{name}_without_lora"] = round(float(np.mean([ssim(a, b) for a, b in zip(plain, baseline)])), 4)
+    run.note(f"check_{tag}", **result)
+    np.savez_compressed(run.out / "preview.npz", frames=baseline[:4, ::20], captions=np.array(captions[:4]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Phase 4: LoRA distillation
+
+
+class SwitchableLora(Lora):
+    """A Lora whose hooks can be switched off (teacher) and on (student) without removing them."""
+
+    def __init__(self, model, rank: int, alpha: float, seed: int, steps: int):
+        self.enabled = True
+        self.steps = steps
+        super().__init__(model, rank, alpha, seed)
+
+    def _hook(self, a, b):
+        inner = super()._hook(a, b)
+
+        def hook(module, inputs, output):
+            return inner(module, inputs, output) if self.enabled else output
+        return hook
+
+
+def distill_grid(student_steps: int, teacher_steps: int) -> tuple[torch.Tensor, list[int]]:
+    """Teacher base grid = union of its own 50-step grid and the student's points; indices of the student's points."""
+    student = torch.linspace(1.0, 0.0, student_steps + 1)
+    teacher = torch.linspace(1.0, 0.0, teacher_steps + 1)
+    merged = torch.unique(torch.cat([student, teacher]).round(decimals=6)).flip(0)
+    keep = [int(torch.argmin((merged - u).abs())) for u in student]
+    return merged, keep
+
+
+@torch.no_grad()
+def teacher_targets(run: Run, model, text: TextTable, data: dict, student_steps: int, generator):
+    """Teacher trajectories at the student's grid points → (inputs, timesteps, target velocities) per student step."""
+    args = run.args
+    grid, keep = distill_grid(student_steps, args.teacher_steps)
+    u_student = grid[keep]
+    states = []
+    for _ in range(args.rollouts):
+        idx = torch.randint(0, data["content"].shape[0], (args.rollout_batch,), device=run.device, generator=generator)
+        template = torch.randint(0, NUM_TEMPLATES, (args.rollout_batch,), device=run.device, generator=generator)
+        ids = data["content"][idx] * NUM_TEMPLATES + template
+        embeds, layout = text.batch(ids)
+        video = torch.randn(args.rollout_batch, layout.video_idx.shape[1], model.proj_in.in_features,
+                            device=run.device, generator=generator)
+        audio = torch.randn(args.rollout_batch, layout.audio_idx.shape[1], model.audio_proj_in.in_features,
+                            device=run.device, generator=generator)
+        _, _, kept = euler_sample(model, video, audio, embeds, layout, grid, keep=keep, autocast=run.cuda)
+        states.append((ids, [kept[k] for k in keep]))
+    return states, u_student
+
+
+def train_lora(run: Run, model, text: TextTable, data: dict, student_steps: int, seconds: float) -> SwitchableLora:
+    args = run.args
+    generator = torch.Generator(run.device).manual_seed(configs.SEED + 10 + student_steps)
+    begin = time.time()
+    model.eval().requires_grad_(False)
+    states, u_student = teacher_targets(run, model, text, data, student_steps, generator)
+    rollout_s = time.time() - begin
+    lora = SwitchableLora(model, args.lora_rank, float(args.lora_rank), configs.SEED + student_steps, student_steps)
+    optimizer = torch.optim.AdamW(lora.parameters(), lr=args.lora_lr, weight_decay=0.0)
+    s_video, s_audio = shift_sigma(u_student, VIDEO_SHIFT), shift_sigma(u_student, AUDIO_SHIFT)
+    deadline = min(time.time() + seconds, run.start + args.budget - args.reserve_final)
+    losses, step = [], 0
+    while time.time() < deadline and step < args.max_steps:
+        r = int(torch.randint(0, len(states), (1,), generator=generator, device=run.device))
+        ids, kept = states[r]
+        k = int(torch.randint(0, student_steps, (1,), generator=generator, device=run.device))
+        pick = torch.randint(0, ids.shape[0], (args.lora_batch,), device=run.device, generator=generator)
+        (xv, xa), (nv, na) = kept[k], kept[k + 1]
+        xv, xa, nv, na = xv[pick], xa[pick], nv[pick], na[pick]
+        target_v = (nv - xv) / (s_video[k] - s_video[k + 1])
+        target_a = (na - xa) / (s_audio[k] - s_audio[k + 1])
+        embeds, layout = text.batch(ids[pick])
+        batch = xv.shape[0]
+        with run.autocast():
+            pv, pa = batched_forward(model, xv, xa, embeds, layout,
+                                     torch.full((batch,), float(1 - s_video[k]), device=run.device),
+                                     torch.full((batch,), float(1 - s_audio[k]), device=run.device))
+        # Plain velocity MSE: every student step counts alike (weighting by the step size would ignore the early,
+        # high-noise steps, which decide where the shape is and what colour it has).
+        loss = F.mse_loss(pv.float(), target_v) + args.audio_weight * F.mse_loss(pa.float(), target_a)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lora.parameters(), 1.0)
+        optimizer.step()
+        if step % 10 == 0:
+            losses.append([step, round(time.time() - begin, 2), float(loss), k])
+        step += 1
+    save_lora(lora, run.out / FILES[f"lora{student_steps}"], student_steps)
+    run.note(f"lora{student_steps}", steps=step, rollout_seconds=round(rollout_s, 1),
+             seconds=round(time.time() - begin, 1), losses=losses)
+    lora.enabled = False
+    return lora
+
+
+def save_lora(lora: Lora, path: Path, steps: int) -> None:
+    """PEFT keys under `transformer.`, float16, with the metadata engine/lora.py reads."""
+    from safetensors.torch import save_file
+
+    metadata = {"format": "pt", "h3_untrained": "false", "h3_steps": str(steps), "h3_base": "h3-nano",
+                "lora_alpha": f"{lora.alpha:g}", "alpha": f"{lora.alpha:g}", "rank": str(lora.rank),
+                "ffn_layout": "diffusers", "h3_method": "trajectory distillation from the 50-step teacher"}
+    save_file({k: v.half() for k, v in lora.state_dict().items()}, str(path), metadata=metadata)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out" / "nano_train")))
+    p.add_argument("--resume", default=None, help="folder with checkpoints from an earlier run")
+    p.add_argument("--phases", default=",".join(PHASES))
+    p.add_argument("--text-table", default=str(ROOT / "data" / "nano_train" / "caption_embeds.pt"))
+    p.add_argument("--device", default=None)
+    p.add_argument("--budget", type=float, default=280.0, help="wall seconds for the whole run")
+    p.add_argument("--max-steps", type=int, default=10**9)
+    p.add_argument("--vae-seconds", type=float, default=45)
+    p.add_argument("--vae-batch", type=int, default=12)
+    p.add_argument("--vae-lr", type=float, default=2e-3)
+    p.add_argument("--vae-kl", type=float, default=1e-4)
+    p.add_argument("--shape-weight", type=float, default=8.0)
+    p.add_argument("--audio-seconds", type=float, default=20)
+    p.add_argument("--audio-batch", type=int, default=16)
+    p.add_argument("--audio-lr", type=float, default=2e-3)
+    p.add_argument("--audio-kl", type=float, default=1e-4)
+    p.add_argument("--num-clips", type=int, default=2400)
+    p.add_argument("--encode-batch", type=int, default=48)
+    p.add_argument("--dit-seconds", type=float, default=400)
+    p.add_argument("--dit-batch", type=int, default=48)
+    p.add_argument("--dit-lr", type=float, default=8e-4)
+    p.add_argument("--ema", type=float, default=0.998)
+    p.add_argument("--audio-weight", type=float, default=0.5)
+    p.add_argument("--teacher-steps", type=int, default=50)
+    p.add_argument("--rollouts", type=int, default=3)
+    p.add_argument("--rollout-batch", type=int, default=64)
+    p.add_argument("--lora-seconds", type=float, default=20)
+    p.add_argument("--lora-rank", type=int, default=8)
+    p.add_argument("--lora-lr", type=float, default=2e-3)
+    p.add_argument("--lora-batch", type=int, default=32)
+    p.add_argument("--check-prompts", type=int, default=20)
+    p.add_argument("--reserve-after-vae", type=float, default=190)
+    p.add_argument("--reserve-after-audio", type=float, default=170)
+    p.add_argument("--reserve-after-dit", type=float, default=80)
+    p.add_argument("--reserve-final", type=float, default=20)
+    p.add_argument("--skip-checks", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    run = Run(args)
+    phases = set(args.phases.split(","))
+    resume = Path(args.resume) if args.resume else None
+    print(f"device {run.device}, phases {sorted(phases)}, resume {resume}", flush=True)
+    from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
+
+    def resumed(key: str, module):
+        path = resume / FILES[key] if resume else None
+        if path is None or not path.is_file():
+            return None
+        load_weights(module, path)
+        run.note(f"resume_{key}", path=str(path))
+        return module
+
+    def load_vae_config(cls, cfg, key):
+        log_path = resume / "train_log.json" if resume else None
+        config = dict(cfg)
+        if log_path and log_path.is_file():
+            logged = json.loads(log_path.read_text())["phases"].get(key, {})
+            if "latents_mean" in logged:
+                config.update(latents_mean=logged["latents_mean"], latents_std=logged["latents_std"])
+        return cls(**config).to(run.device).eval()
+
+    vae = None if "video_vae" in phases else resumed(
+        "video_vae", load_vae_config(AutoencoderKLMiniMaxH3, configs.VIDEO_VAE, "video_vae"))
+    vae = vae or train_video_vae(run)
+    audio_vae = None if "audio_vae" in phases else resumed(
+        "audio_vae", load_vae_config(AutoencoderKLMiniMaxH3Audio, configs.AUDIO_VAE, "audio_vae"))
+    audio_vae = audio_vae or train_audio_vae(run)
+    for module in (vae, audio_vae):
+        module.eval().requires_grad_(False)
+    # Carry the latent statistics forward in this run's log, so a later resume finds them here too.
+    run.log["phases"].setdefault("video_vae", {}).update(latents_mean=list(vae.config.latents_mean),
+                                                          latents_std=list(vae.config.latents_std))
+    run.log["phases"].setdefault("audio_vae", {}).update(latents_mean=list(audio_vae.config.latents_mean),
+                                                          latents_std=list(audio_vae.config.latents_std))
+    if "video_vae" not in phases and resume and (resume / FILES["video_vae"]).is_file():
+        save_weights(vae, run.out / FILES["video_vae"])
+    if "audio_vae" not in phases and resume and (resume / FILES["audio_vae"]).is_file():
+        save_weights(audio_vae, run.out / FILES["audio_vae"], dtype=torch.float32)
+
+    text = TextTable(Path(args.text_table), run.device)
+    data = build_latent_dataset(run, vae, audio_vae)
+    base = MiniMaxH3Transformer3DModel(**configs.TRANSFORMER).to(run.device)
+    loaded = resumed("dit", base)
+    model = train_dit(run, data, text, loaded) if "dit" in phases or loaded is None else loaded.eval()
+    if "dit" not in phases and loaded is not None:
+        save_weights(model, run.out / FILES["dit"])
+    if not args.skip_checks:
+        live_checks(run, model, text, vae, "dit")
+    if "lora" in phases:
+        loras = {}
+        for steps in (9, 5):
+            share = args.lora_seconds if steps == 9 else max(
+                5.0, min(args.lora_seconds, run.start + args.budget - args.reserve_final - time.time() - 12))
+            loras[f"turbo{steps}"] = train_lora(run, model, text, data, steps, share)
+        if not args.skip_checks and run.elapsed() < args.budget - 5:
+            live_checks(run, model, text, vae, "lora", loras)
+    run.note("done", elapsed=round(run.elapsed(), 1))
+
+
+if __name__ == "__main__":
+    main()
