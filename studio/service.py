@@ -275,6 +275,10 @@ class StudioService:
     def model_name(self) -> str:
         return self.engine.components.name
 
+    def quality(self) -> ModuleType | None:
+        """The quality module (studio.quality) when it is importable, else None ("not yet available")."""
+        return self._quality_loader()
+
     def health(self) -> dict[str, Any]:
         """{"status": "ok" | "loading" | "error", ...}: the model, its id and the queue once loaded."""
         if self._engine is None:
