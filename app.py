@@ -41,18 +41,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tiers-file", default=None, help="TOML with extra [[tier]] tables")
     parser.add_argument("--queue-size", type=int, default=8, help="jobs that may wait behind the running one")
     parser.add_argument("--no-ui", action="store_true", help="serve REST only (no Gradio)")
+    parser.add_argument("--ulysses", type=int, default=1, help="engine processes/GPUs (1 = in-process)")
     args = parser.parse_args(argv)
     if args.queue_size < 1:
         parser.error("--queue-size must be >= 1")
     if args.pod_rate < 0:
         parser.error("--pod-rate must be >= 0")
+    if args.ulysses < 1:
+        parser.error("--ulysses must be >= 1")
     return args
 
 
-def engine_loader(model: str | None, tiers_file: str | None) -> Callable[[], Engine]:
-    """A callable that loads the engine (run on the service's loader thread)."""
+def engine_loader(model: str | None, tiers_file: str | None, ulysses: int = 1) -> Callable[[], Engine]:
+    """A callable that loads the engine (run on the service's loader thread); ulysses > 1: a worker group."""
 
     def load() -> Engine:
+        if ulysses > 1:
+            from engine.parallel import ParallelEngine
+
+            return ParallelEngine(model, tiers_file, world=ulysses)  # Engine's interface, N worker processes
         from engine.engine import Engine
 
         return Engine.load(model_path=model, tiers_file=tiers_file)
@@ -85,7 +92,7 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None) -> Fas
     from studio.service import StudioService
 
     service = StudioService.open(Path(args.data_dir), pod_rate_usd_per_hour=args.pod_rate, queue_size=args.queue_size)
-    loader = engine_loader(args.model, args.tiers_file)
+    loader = engine_loader(args.model, args.tiers_file, getattr(args, "ulysses", 1))
     service.start_loading(loader)  # now, not at server startup: the weights load while Gradio builds the UI
     app = create_app(service, accounts=accounts, loader=loader)
     if not args.no_ui:

@@ -709,6 +709,8 @@ class ParallelEngine:
             self._jobs += 1
             job = Job(self._jobs, kind, request, self._faults.pop(0) if self._faults else None)
             group.cancel_event.clear()
+            if cancel is not None and cancel():
+                group.cancel_event.set()  # the ranks agree on it before their first step
             for inbox in group.inboxes:
                 inbox.put(job)
             outcome = self._collect(group, job, on_step, cancel)
@@ -720,6 +722,8 @@ class ParallelEngine:
         outcome = _Outcome()
         last_activity, failed_at = time.monotonic(), None
         while len(outcome.finals) < self.world:
+            if cancel is not None and not group.cancel_event.is_set() and cancel():
+                group.cancel_event.set()
             try:
                 message = group.outbox.get(timeout=0.1)
             except queue.Empty:
@@ -727,8 +731,6 @@ class ParallelEngine:
                 outcome.dead = group.dead()
                 if outcome.dead:
                     break
-                if cancel is not None and not group.cancel_event.is_set() and cancel():
-                    group.cancel_event.set()
                 if failed_at is not None and now - failed_at > self.grace_s:
                     break
                 if now - last_activity > self.stall_timeout_s:
