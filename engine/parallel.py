@@ -327,6 +327,11 @@ def shard_weights(transformer: torch.nn.Module, mesh) -> int:
     for unit in units:
         fully_shard(unit, mesh=mesh)
     fully_shard(transformer, mesh=mesh)
+    blocks = list(transformer.transformer_blocks)
+    for block, following in zip(blocks, blocks[1:]):
+        # Issue block i+1's weight all-gather as block i starts, so it overlaps block i's compute.
+        if hasattr(block, "set_modules_to_forward_prefetch"):
+            block.set_modules_to_forward_prefetch([following])
     return len(units) + 1
 
 
