@@ -490,7 +490,7 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
         series = frame_series(view_.metrics)
         keys = [(label, key) for key, label, _, _ in SERIES if key in series.values]
         if series.pick is not None:
-            keys.insert(0, ("quality module's pick", PICK))
+            keys.insert(0, ("module's pick", PICK))
         worst_key = series.default_worst_key()
         if frames_ is None:
             return [pair_summary_html(view_, service) + "<p>Both clips are needed to compare.</p>", *empty]
@@ -530,11 +530,10 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
         pictures = [gr.update(value=left, label=left_label), gr.update(value=right, label=right_label), text]
         if view_name == VIEWS[0]:
             return [*pictures, gr.update(value=(left, right), visible=True), gr.update(visible=False), ""]
-        make = overlays.diff_heatmap if view_name == VIEWS[1] else overlays.ghost_overlay
-        image, note = make(frames_.baseline, frames_.candidate, index)
+        image, note = overlays.image("diff" if view_name == VIEWS[1] else "ghost", view_.metrics, index)
         return [*pictures, gr.update(visible=False),
                 gr.update(value=image, visible=image is not None, label=f"{view_name} · frame {index}"),
-                f"<p>{note}</p>" if note else ""]
+                f"<p><small>{note}</small></p>" if note else ""]
 
     render_outputs = [image_b, image_c, readout, wipe, analysis, analysis_note]
     read_limits = {"concurrency_limit": 8, "concurrency_id": "compare"}

@@ -12,9 +12,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import cv2
 import numpy as np
 
-from studio.media_views import ClipCache, DecodedClip, display_frame
+from studio.media_views import ClipCache, display_frame
 
 # Per-frame series the plots know, in display order: (key in the summary, label, unit, worse is higher?).
 SERIES = (
@@ -133,36 +134,49 @@ def frame_series(metrics: dict[str, Any] | None) -> FrameSeries:
 
 
 class Overlays:
-    """Heatmap and ghost overlay of one frame pair, rendered by the quality module when it offers them."""
+    """Heatmap and ghost overlay of one frame, as rendered by studio.quality.
+
+    The quality module's OverlayCache writes one diff PNG and one ghost PNG per frame when it compares a pair
+    (``render_diff_heatmap`` / ``render_ghost_overlay`` need its full Comparison, which only exists then); the
+    pair's stored metrics list their paths. Reading those keeps slider moves cheap and shows exactly what the
+    module rendered.
+    """
+
+    KINDS = {"diff": ("diff_pngs", "Absolute-difference heatmap"), "ghost": ("ghost_pngs", "Ghosting overlay")}
 
     def __init__(self, quality_loader):
         self._quality_loader = quality_loader
 
-    def _function(self, name: str):
-        quality = self._quality_loader()
-        return getattr(quality, name, None) if quality is not None else None
-
-    def diff_heatmap(self, baseline: DecodedClip, candidate: DecodedClip, frame: int) -> tuple[np.ndarray | None, str]:
-        render = self._function("render_diff_heatmap")
-        if render is None:
-            return None, f"Absolute-difference heatmap {NOT_AVAILABLE} (studio.quality.render_diff_heatmap)."
-        return self._call(render, "difference heatmap", baseline.frames[frame], candidate.frames[frame])
-
-    def ghost_overlay(self, baseline: DecodedClip, candidate: DecodedClip, frame: int) -> tuple[np.ndarray | None, str]:
-        render = self._function("render_ghost_overlay")
-        if render is None:
-            return None, f"Ghosting overlay {NOT_AVAILABLE} (studio.quality.render_ghost_overlay)."
-        return self._call(render, "ghost overlay", baseline.frames[frame], candidate.frames[frame])
+    def image(self, kind: str, metrics: dict[str, Any] | None, frame: int) -> tuple[np.ndarray | None, str]:
+        key, title = self.KINDS[kind]
+        if self._quality_loader() is None:
+            return None, f"{title} {NOT_AVAILABLE} (studio.quality is not importable)."
+        paths = (metrics or {}).get(key)
+        if not isinstance(paths, list) or not paths:
+            return None, (f"{title} {NOT_AVAILABLE} for this pair: its metrics hold no overlay images "
+                          f"(use “Compute metrics”).")
+        if frame >= len(paths):
+            return None, f"{title}: the quality module compared {len(paths)} frames; frame {frame} is beyond them."
+        image = cv2.imread(str(paths[frame]), cv2.IMREAD_COLOR)
+        if image is None:
+            return None, f"{title}: cannot read {html.escape(str(paths[frame]))} (use “Compute metrics” to redo it)."
+        return display_frame(cv2.cvtColor(image, cv2.COLOR_BGR2RGB)), self.caption(kind, metrics, frame)
 
     @staticmethod
-    def _call(render, what: str, *frames: np.ndarray) -> tuple[np.ndarray | None, str]:
-        try:
-            image = np.asarray(render(*frames))
-        except Exception as error:  # noqa: BLE001 - a young quality module must not break the compare view
-            return None, f"The {what} failed: {type(error).__name__}: {html.escape(str(error))}"
-        if image.dtype != np.uint8:
-            image = np.clip(image * (255 if image.max() <= 1.0 else 1), 0, 255).astype(np.uint8)
-        return display_frame(image), ""
+    def caption(kind: str, metrics: dict[str, Any] | None, frame: int) -> str:
+        """How to read the image, with this frame's detector numbers for the ghost overlay."""
+        if kind == "diff":
+            return ("Black = identical; brighter = larger |accelerated − baseline| on a fixed scale, so equal colours "
+                    "mean equal differences on every frame.")
+        rows = (metrics or {}).get("per_frame")
+        row = rows[frame] if isinstance(rows, list) and frame < len(rows) and isinstance(rows[frame], dict) else {}
+        text = "The baseline frame; magenta (outlined) marks where the detector found a faint second copy."
+        if _finite(row.get("ghost_score")):
+            text += (f" This frame: ghost opacity {row['ghost_score']:.3g}"
+                     + (f", lag {row['ghost_lag']} frames" if row.get("ghost_lag") else "")
+                     + (f", offset {row['ghost_displacement_px']:g} px" if row.get("ghost_displacement_px") else "")
+                     + (" — flagged." if row.get("ghost") is True else "."))
+        return text + " No magenta is not proof of no ghost: look at the frames too."
 
 
 # ------------------------------------------------------------------------------------------ frames
@@ -246,7 +260,9 @@ def suggestion_of(metrics: dict[str, Any]) -> tuple[str | None, str]:
 
 
 SUMMARY_SKIP = {"per_frame", "gates", "overlays", "ghost", "suggested_verdict", "suggestion", "verdict_suggestion",
-                "suggested", "suggestion_reason", "suggestion_reasons", "error"}
+                "suggested", "suggestion_reason", "suggestion_reasons", "error",
+                # OverlayCache bookkeeping, not measurements
+                "diff_pngs", "ghost_pngs", "directory", "summary_path", "computed"}
 
 
 def quality_html(pair) -> str:
@@ -263,14 +279,17 @@ def quality_html(pair) -> str:
     for block in ("ghost", "audio"):  # nested blocks: flatten one level ("audio desync_ms", …)
         nested = metrics.get(block) if isinstance(metrics.get(block), dict) else {}
         scalars += [(f"{block} {k}", v) for k, v in nested.items() if not isinstance(v, (dict, list))]
-    # Two name/value pairs per row: the summary stays beside the plots instead of running down the page.
+    # Sentences (e.g. why LPIPS did not run) go under the table; numbers two pairs per row beside the plots.
+    notes = "".join(f"<p><small>{html.escape(str(k))}: {html.escape(v)}</small></p>" for k, v in scalars
+                    if isinstance(v, str) and len(v) > 24)
+    scalars = [(k, v) for k, v in scalars if not (isinstance(v, str) and len(v) > 24)]
     pairs = [f"<td>{html.escape(str(k))}</td><td><b>{_fmt(v)}</b></td>" for k, v in scalars]
     cells = "".join(f"<tr>{''.join(pairs[i:i + 2])}</tr>" for i in range(0, len(pairs), 2))
     gate_rows = "".join(_gate_row(g) for g in gates_of(metrics))
     gates = (f"<table class='h3-table'><tr><th>gate</th><th>result</th><th>value</th><th>threshold</th></tr>"
              f"{gate_rows}</table>") if gate_rows else "<p>No gates in the quality summary.</p>"
     return (f'<div class="h3-panel"><b>Quality summary</b> (from the stored clips)'
-            f"<table class='h3-table'>{cells}</table><b>Gates</b>{gates}{suggestion_html(metrics)}</div>")
+            f"<table class='h3-table'>{cells}</table>{notes}<b>Gates</b>{gates}{suggestion_html(metrics)}</div>")
 
 
 def _gate_row(gate: dict[str, Any]) -> str:

@@ -243,12 +243,14 @@ def test_generate_compare_review_export(page, tmp_path):
     frame = int(paused["time"] * 24)
     page.wait_for_selector(f"#h3-readout:has-text('frame {frame} ')")
 
-    # Every analysis view answers: an image, or a plain "not yet available" when the quality module lacks it.
-    for view in ("|Δ| heatmap", "Ghost overlay"):
+    # Every analysis view answers: studio.quality's image of this frame, or a plain "… not yet available".
+    for view, name in (("|Δ| heatmap", "06a_heatmap"), ("Ghost overlay", "06b_ghost_overlay")):
         page.get_by_label(view).check()
         page.wait_for_function("() => { const n = document.querySelector('#h3-analysis-note');"
-                               " const a = document.querySelector('#h3-analysis img');"
-                               " return (n && n.innerText.trim().length > 0) || !!a; }")
+                               " const a = document.querySelector('#h3-analysis');"
+                               " return (n && /not yet available|failed|cannot/.test(n.innerText))"
+                               " || (a && a.innerText.includes('· frame') && n.innerText.length > 0);}")
+        shot(page, name)
     page.get_by_label("Wipe (drag the handle)").check()
     page.wait_for_selector("#h3-wipe img")
     shot(page, "06_compare_views")
