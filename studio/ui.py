@@ -24,15 +24,16 @@ from studio.jobs import QueueFull
 from studio.media_views import ClipCache, MediaDir, audio_figure
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui_compare import (
+    NOT_AVAILABLE,
+    PICK,
     SERIES,
     FrameSeries,
     Overlays,
     PairFrames,
+    config_html,
     frame_readout,
     frame_series,
     pair_ready,
-    NOT_AVAILABLE,
-    PICK,
     quality_html,
     suggestion_html,
     worst_frames_table,
@@ -46,7 +47,13 @@ from studio.ui_player import (
     PLAYER_JS,
     SEEK_ON_SLIDE_JS,
 )
-from studio.ui_review import build_configurations_tab, build_export_tab, build_review_tab, error_html, pair_choices
+from studio.ui_review import (
+    build_configurations_tab,
+    build_export_tab,
+    build_review_tab,
+    error_html,
+    pair_choices,
+)
 
 POLL_S = 0.3
 GENERATE_CONCURRENCY = 4  # waiting handlers only poll; the job queue runs one engine job at a time
@@ -143,7 +150,7 @@ def _tier_choices(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def _tier_card(rows: list[dict[str, Any]], name: str | None, duration: float) -> str:
     """The chosen tier in full, then every tier's availability at this duration with the reason when not."""
     if not rows:
-        return "<div class='h3-panel'>Tiers appear once the engine has loaded.</div>"
+        return "<div class='h3-panel'>Loading tiers… (they appear once the engine has loaded)</div>"
     chosen = next((r for r in rows if r["name"] == name), None)
     card = ""
     if chosen:
@@ -228,7 +235,7 @@ def _build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, An
     slot_names = list(slots)
 
     def run(prompt_v, duration_v, aspect_v, seed_v, tier_v, edge_v, steps_v, base_steps_v, force_v,
-            progress=gr.Progress()):
+            progress=gr.Progress()):  # noqa: B008 - Gradio injects the tracker through this default
         payload = {"prompt": prompt_v, "seed": _int_or_raw(seed_v), "tier": tier_v or "",
                    "target": {"duration_seconds": duration_v, "aspect_ratio": aspect_v,
                               "short_edge": _int_or_raw(edge_v)},
@@ -391,10 +398,11 @@ def _timing_row(name: str, base: float | None, cand: float | None) -> list[Any]:
 def pair_summary_html(view, service: StudioService | None) -> str:
     """Speed-ups, $ per clip at the pod rate, reuse of the baseline, status: one panel."""
     rate = service.config.pod_rate_usd_per_hour if service else None
-    lines = [f"<b>Pair</b> <code>{view.id}</code> · {html.escape(view.status)} · tier <b>{html.escape(view.tier)}</b>"
-             f" ({view.tier_config.get('steps')} steps) · seed {view.seed} · "
-             f"{view.target.get('duration_seconds')} s {html.escape(str(view.target.get('aspect_ratio')))}"
-             f"{_canvas(view)}"]
+    head = (f"<b>Pair</b> <code>{view.id}</code> · {html.escape(view.status)} · tier <b>{html.escape(view.tier)}</b>"
+            f" ({view.tier_config.get('steps')} steps) · seed {view.seed} · "
+            f"{view.target.get('duration_seconds')} s {html.escape(str(view.target.get('aspect_ratio')))}"
+            f"{_canvas(view)}")
+    lines = [head]
     if view.baseline_reused and view.baseline:
         lines.append(f"<span class='h3-badge'>baseline reused</span> the stored clip "
                      f"<code>{(view.baseline.clip_sha or '')[:12]}</code> (same model, prompt, seed, canvas and "
@@ -495,7 +503,7 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
         if frames_ is None:
             return [pair_summary_html(view_, service) + "<p>Both clips are needed to compare.</p>", *empty]
         return [
-            pair_summary_html(view_, service) + _config_html(view_),
+            pair_summary_html(view_, service) + config_html(view_),
             media.video(view_.baseline.clip_sha, view_.baseline.clip_path),
             media.video(view_.candidate.clip_sha, view_.candidate.clip_path),
             gr.update(maximum=frames_.frames - 1, value=0),
@@ -553,7 +561,7 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
 
     def jump_range(pair_id, key, evt: gr.SelectData):
         bounds = evt.index if isinstance(evt.index, (list, tuple)) else [evt.index, evt.index]
-        lo, hi = int(round(min(bounds))), int(round(max(bounds)))
+        lo, hi = round(min(bounds)), round(max(bounds))
         series = frame_series(service.get_pair(pair_id).metrics) if pair_id else FrameSeries({})
         target = series.worst(key or series.default_worst_key() or "", lo, hi)
         return lo if target is None else target
@@ -581,24 +589,6 @@ def _build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir
     recompute.click(recompute_metrics, pair, pair).then(load, pair, load_outputs).then(
         render, [pair, frame, view], render_outputs)
     return {"pair": pair, "load": load, "load_outputs": load_outputs, "to_review": to_review}
-
-
-def _config_html(view) -> str:
-    """The exact tier configuration under review (what a verdict will be stored against)."""
-    config = view.tier_config
-    parts = [f"steps {config.get('steps')}"]
-    if config.get("lora"):
-        parts.append(f"LoRA {html.escape(str(config['lora'].get('path')))} ×{config['lora'].get('scale')}")
-    if config.get("sparse"):
-        sparse = config["sparse"]
-        parts.append(f"sparse keep {sparse.get('keep_ratio')} (dense first {sparse.get('dense_first_steps')} steps, "
-                     f"{sparse.get('dense_first_blocks')} blocks)")
-    if config.get("cache"):
-        parts.append(f"first-block cache {config['cache'].get('threshold')}")
-    if config.get("fused"):
-        parts.append("fused kernels")
-    return (f"<div class='h3-panel'><b>Configuration</b> <code>{view.configuration_key[:12]}</code>: "
-            f"{html.escape(' · '.join(parts))} · prompt “{html.escape(view.prompt)}”</div>")
 
 
 def _plot_frame(series: FrameSeries, keys: tuple[str, ...]):

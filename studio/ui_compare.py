@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import cv2
 import numpy as np
@@ -142,7 +142,7 @@ class Overlays:
     module rendered.
     """
 
-    KINDS = {"diff": ("diff_pngs", "Absolute-difference heatmap"), "ghost": ("ghost_pngs", "Ghosting overlay")}
+    KINDS: ClassVar[dict[str, tuple[str, str]]] = {"diff": ("diff_pngs", "Absolute-difference heatmap"), "ghost": ("ghost_pngs", "Ghosting overlay")}
 
     def __init__(self, quality_loader):
         self._quality_loader = quality_loader
@@ -346,3 +346,21 @@ def worst_frames_table(series: FrameSeries, key: str | None, count: int = 10) ->
         rows.append([index] + [None if not _finite(values.get(k)) else round(values[k], 4)
                                for k, _, _, _ in SERIES if k in series.values])
     return rows
+
+
+def config_html(view) -> str:
+    """The exact tier configuration under review (what a verdict will be stored against)."""
+    config = view.tier_config
+    parts = [f"steps {config.get('steps')}"]
+    if config.get("lora"):
+        parts.append(f"LoRA {config['lora'].get('path')} ×{config['lora'].get('scale')}")
+    if config.get("sparse"):
+        sparse = config["sparse"]
+        parts.append(f"sparse keep {sparse.get('keep_ratio')} (dense first {sparse.get('dense_first_steps')} steps, "
+                     f"{sparse.get('dense_first_blocks')} blocks)")
+    if config.get("cache"):
+        parts.append(f"first-block cache {config['cache'].get('threshold')}")
+    if config.get("fused"):
+        parts.append("fused kernels")
+    return (f"<div class='h3-panel'><b>Configuration</b> <code>{view.configuration_key[:12]}</code>: "
+            f"{html.escape(' · '.join(parts))} · prompt “{html.escape(view.prompt)}”</div>")

@@ -37,6 +37,7 @@ PLAYER_CSS = """
 .h3-player .h3-clock { font-family:monospace; margin-left:auto; }
 """
 
+# %-formatted rather than str.format/f-string: the script is full of braces.
 PLAYER_JS = """
 const FPS = 24;
 const ids = ['%(baseline)s', '%(candidate)s'];
@@ -128,7 +129,7 @@ element.addEventListener('change', e => {
 });
 window.h3Player = {seekFrame: f => { if (!state.playing) seekFrame(f, false); }, play, pause,
                    state: () => ({playing: state.playing, time: now(), videos: videos().map(v => v ? v.currentTime : null)})};
-""" % {"baseline": BASELINE_VIDEO_ID, "candidate": CANDIDATE_VIDEO_ID, "slider": FRAME_SLIDER_ID}
+""" % {"baseline": BASELINE_VIDEO_ID, "candidate": CANDIDATE_VIDEO_ID, "slider": FRAME_SLIDER_ID}  # noqa: UP031
 
 # Runs in the browser before the frame slider's Python handler: seeks both videos to the slider's frame.
 SEEK_ON_SLIDE_JS = "(pair, frame, view) => { if (window.h3Player) window.h3Player.seekFrame(frame); return [pair, frame, view]; }"

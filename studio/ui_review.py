@@ -15,7 +15,7 @@ import gradio as gr
 from db.errors import ClipIntegrityError, StoreError
 from studio.media_views import MediaDir
 from studio.service import StudioService
-from studio.ui_compare import suggestion_html
+from studio.ui_compare import config_html, suggestion_html
 
 DECISION_LABELS = [("Accept", "accept"), ("Reject", "reject")]
 
@@ -130,8 +130,9 @@ def _pair_panel(service: StudioService, pair_id: str | None) -> list[Any]:
              if config else f"configuration <code>{view.configuration_key[:12]}</code>: no verdicts yet")
     suggestion = suggestion_html(view.metrics) if view.metrics_status == "ok" and view.metrics else (
         f"<p class='h3-suggestion'>No suggestion: {html.escape(view.metrics_message)}</p>")
-    return [f"<div class='h3-panel'><b>{html.escape(view.tier)}</b> vs baseline · “{html.escape(view.prompt)}” · "
-            f"seed {view.seed} · {tally}{suggestion}</div>", _history_rows(service, pair_id)]
+    panel = (f"<div class='h3-panel'><b>{html.escape(view.tier)}</b> vs baseline · “{html.escape(view.prompt)}” · "
+             f"seed {view.seed} · {tally}{suggestion}</div>{config_html(view)}")
+    return [panel, _history_rows(service, pair_id)]
 
 
 def _history_rows(service: StudioService, pair_id: str | None) -> list[list[Any]]:
@@ -233,8 +234,9 @@ def build_export_tab(service: StudioService, media: MediaDir) -> dict[str, Any]:
         with _zip(path) as archive:
             names = archive.namelist()
         size_kb = path.stat().st_size / 1024
-        return (f"<div class='h3-panel'>Built <code>{html.escape(path.name)}</code>: {len(names)} files, "
-                f"{size_kb:.0f} KiB. Download it below.</div>", media.export_copy(path))
+        built = (f"<div class='h3-panel'>Built <code>{html.escape(path.name)}</code>: {len(names)} files, "
+                 f"{size_kb:.0f} KiB. Download it below.</div>")
+        return built, media.export_copy(path)
 
     refresh.click(approved_choices, None, chosen)
     selected.click(export, chosen, [result, download])
