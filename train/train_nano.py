@@ -80,6 +80,16 @@ class Run:
     def save_log(self) -> None:
         self.log["elapsed_s"] = round(self.elapsed(), 1)
         (self.out / "train_log.json").write_text(json.dumps(self.log, indent=1))
+        self.mirror("train_log.json")
+
+    def mirror(self, name: str) -> None:
+        """Copy a finished file to --mirror too: a folder that outlives the command on a warm machine, so a run
+        killed at its time limit can still be resumed by the next call (files after the kill never reach $OUT)."""
+        if self.args.mirror:
+            import shutil
+
+            Path(self.args.mirror).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.out / name, Path(self.args.mirror) / name)
 
     def note(self, phase: str, **values) -> None:
         self.log["phases"].setdefault(phase, {}).update(values)
@@ -178,6 +188,7 @@ def train_video_vae(run: Run) -> torch.nn.Module:
     mean, std = latent_stats(run, vae)
     vae.register_to_config(latents_mean=tuple(mean), latents_std=tuple(std))
     save_weights(vae, run.out / FILES["video_vae"])
+    run.mirror(FILES["video_vae"])
     run.note("video_vae", steps=step, seconds=round(time.time() - begin, 1), final_l1=losses[-1][2] if losses else None,
              losses=losses, latents_mean=mean, latents_std=std)
     return vae
@@ -247,6 +258,7 @@ def train_audio_vae(run: Run) -> torch.nn.Module:
     mean, std = z.mean(dim=(0, 2)).tolist(), z.std(dim=(0, 2)).clamp_min(1e-3).tolist()
     vae.register_to_config(latents_mean=mean, latents_std=std)
     save_weights(vae, run.out / FILES["audio_vae"], dtype=torch.float32)
+    run.mirror(FILES["audio_vae"])
     run.note("audio_vae", steps=step, seconds=round(time.time() - begin, 1), final_loss=losses[-1][2] if losses else None,
              losses=losses, latents_mean=mean, latents_std=std)
     return vae
@@ -371,6 +383,7 @@ def train_dit(run: Run, data: dict, text: TextTable, model=None):
             losses.append([step, round(time.time() - begin, 2), float(loss_video), float(loss_audio)])
         step += 1
     save_weights(ema, run.out / FILES["dit"])
+    run.mirror(FILES["dit"])
     run.note("dit", steps=step, seconds=round(time.time() - begin, 1), samples=step * args.dit_batch,
              final_video_mse=losses[-1][2] if losses else None, losses=losses)
     return ema
@@ -529,6 +542,7 @@ def train_lora(run: Run, model, text: TextTable, data: dict, student_steps: int,
             losses.append([step, round(time.time() - begin, 2), float(loss), k])
         step += 1
     save_lora(lora, run.out / FILES[f"lora{student_steps}"], student_steps)
+    run.mirror(FILES[f"lora{student_steps}"])
     run.note(f"lora{student_steps}", steps=step, rollout_seconds=round(rollout_s, 1),
              seconds=round(time.time() - begin, 1), losses=losses)
     lora.enabled = False
@@ -552,6 +566,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out" / "nano_train")))
     p.add_argument("--resume", default=None, help="folder with checkpoints from an earlier run")
+    p.add_argument("--mirror", default=None, help="also copy each checkpoint here (e.g. /tmp/nano_ckpt)")
     p.add_argument("--phases", default=",".join(PHASES))
     p.add_argument("--text-table", default=str(ROOT / "data" / "nano_train" / "caption_embeds.pt"))
     p.add_argument("--device", default=None)
@@ -565,7 +580,7 @@ def parse_args(argv=None):
     p.add_argument("--audio-seconds", type=float, default=20)
     p.add_argument("--audio-batch", type=int, default=16)
     p.add_argument("--audio-lr", type=float, default=2e-3)
-    p.add_argument("--audio-kl", type=float, default=1e-4)
+    p.add_argument("--audio-kl", type=float, default=1e-6)
     p.add_argument("--num-clips", type=int, default=2400)
     p.add_argument("--encode-batch", type=int, default=48)
     p.add_argument("--dit-seconds", type=float, default=400)
@@ -586,6 +601,7 @@ def parse_args(argv=None):
     p.add_argument("--reserve-after-dit", type=float, default=80)
     p.add_argument("--reserve-final", type=float, default=20)
     p.add_argument("--skip-checks", action="store_true")
+    p.add_argument("--check-seconds", type=float, default=45, help="time the LoRA check needs")
     return p.parse_args(argv)
 
 
@@ -647,7 +663,7 @@ def main(argv=None) -> None:
             share = args.lora_seconds if steps == 9 else max(
                 5.0, min(args.lora_seconds, run.start + args.budget - args.reserve_final - time.time() - 12))
             loras[f"turbo{steps}"] = train_lora(run, model, text, data, steps, share)
-        if not args.skip_checks and run.elapsed() < args.budget - 5:
+        if not args.skip_checks and run.elapsed() < args.budget - args.check_seconds:
             live_checks(run, model, text, vae, "lora", loras)
     run.note("done", elapsed=round(run.elapsed(), 1))
 

@@ -1,0 +1,82 @@
+"""Assemble a nano model folder (the layout `assets/make_nano.py` writes) from training checkpoints.
+
+    python -m train.export_nano CHECKPOINT_DIR OUT_DIR [--loras LORA_OUT_DIR]
+
+transformer/, vae/, audio_vae/ get the trained configs (train/configs.py plus the latent statistics recorded in the
+checkpoint's train_log.json) and float16 weights; text_encoder/, tokenizer/ and both schedulers are copied
+unchanged from assets/nano (the frozen conditioner keeps its model id parts). h3_studio.json says
+"untrained": false. The LoRAs are copied to LORA_OUT_DIR as nano-turbo-9/-5.safetensors (metadata
+h3_untrained="false", h3_steps). Nothing is written into assets/ unless OUT_DIR points there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+NANO = ROOT / "assets" / "nano"
+
+
+def _build(cls, config: dict, weights: Path, dtype: torch.dtype):
+    from safetensors.torch import load_file
+
+    model = cls(**config)
+    state = load_file(str(weights))
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    return model.to(dtype).eval()
+
+
+def export(checkpoints: Path, out: Path, lora_out: Path | None = None) -> dict:
+    """Write the folder; returns {component: bytes}."""
+    from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
+
+    from train import configs
+
+    log = json.loads((checkpoints / "train_log.json").read_text())["phases"]
+    video_cfg = dict(configs.VIDEO_VAE, latents_mean=tuple(log["video_vae"]["latents_mean"]),
+                     latents_std=tuple(log["video_vae"]["latents_std"]))
+    audio_cfg = dict(configs.AUDIO_VAE, latents_mean=log["audio_vae"]["latents_mean"],
+                     latents_std=log["audio_vae"]["latents_std"])
+    out.mkdir(parents=True, exist_ok=True)
+    parts = {
+        "transformer": (MiniMaxH3Transformer3DModel, configs.TRANSFORMER, "transformer.safetensors"),
+        "vae": (AutoencoderKLMiniMaxH3, video_cfg, "video_vae.safetensors"),
+        "audio_vae": (AutoencoderKLMiniMaxH3Audio, audio_cfg, "audio_vae.safetensors"),
+    }
+    for folder, (cls, config, file) in parts.items():
+        target = out / folder
+        if target.exists():
+            shutil.rmtree(target)
+        _build(cls, config, checkpoints / file, torch.float16).save_pretrained(target, safe_serialization=True)
+    for folder in ("text_encoder", "tokenizer", "scheduler", "audio_scheduler"):
+        if (out / folder).resolve() != (NANO / folder).resolve():
+            shutil.copytree(NANO / folder, out / folder, dirs_exist_ok=True)
+    studio = json.loads((NANO / "h3_studio.json").read_text())
+    studio.update(untrained=False, trained_by="train/train_nano.py", training_log=str(checkpoints / "train_log.json"))
+    (out / "h3_studio.json").write_text(json.dumps(studio, indent=2) + "\n")
+    if lora_out is not None:
+        lora_out.mkdir(parents=True, exist_ok=True)
+        for steps in (9, 5):
+            shutil.copyfile(checkpoints / f"lora{steps}.safetensors", lora_out / f"nano-turbo-{steps}.safetensors")
+    return {p.relative_to(out).as_posix(): p.stat().st_size for p in out.rglob("*") if p.is_file()}
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoints", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--loras", type=Path, default=None)
+    args = parser.parse_args()
+    sizes = export(args.checkpoints, args.out, args.loras)
+    print(f"wrote {args.out}: {sum(sizes.values()) / 1e6:.2f} MB")
+
+
+if __name__ == "__main__":
+    main()
