@@ -94,9 +94,9 @@ def build_ui(service: StudioService) -> gr.Blocks:
         with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
                 generate = _build_generate_tab(service, media)
-            with gr.Tab("Compare", id="compare"):
+            with gr.Tab("Compare", id="compare") as compare_tab:
                 compare = _build_compare_tab(service, clips, media, overlays)
-            with gr.Tab("Review", id="review"):
+            with gr.Tab("Review", id="review") as review_tab:
                 review = build_review_tab(service)
             with gr.Tab("Configurations", id="configurations") as configurations_tab:
                 configurations = build_configurations_tab(service)
@@ -105,6 +105,9 @@ def build_ui(service: StudioService) -> gr.Blocks:
         _wire_cross_tab(service, demo, tabs, status, generate, compare, review, configurations)
         # Lists that change as others review: re-read them whenever their tab is opened.
         configurations_tab.select(configurations["refresh"], None, configurations["outputs"])
+        # Other reviewers' new pairs join the lists; the selection stays (an unchanged value fires no change).
+        compare_tab.select(lambda pid: _pair_dropdown(service, pid), compare["pair"], compare["pair"], queue=False)
+        review_tab.select(review["refresh_choices"], review["pair"], review["pair"], queue=False)
         export_tab.select(export["refresh"], None, export["chosen"])
     return demo
 

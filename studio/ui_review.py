@@ -94,7 +94,8 @@ def build_review_tab(service: StudioService) -> dict[str, Any]:
             return [f"Reviewing as **{user}** (signed in).", gr.update(visible=False, value=user)]
         return ["", gr.update(visible=True)]
 
-    return {"on_load": on_load, "load_outputs": [identity, name], "select_pair": select_pair,
+    return {"on_load": on_load, "load_outputs": [identity, name], "select_pair": select_pair, "pair": pair,
+            "refresh_choices": lambda pid: _pair_dropdown(service, pid),
             "pair_outputs": [pair, info, history], "verdict_event": verdict_event}
 
 
