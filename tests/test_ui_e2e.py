@@ -233,6 +233,20 @@ def test_generate_compare_review_export(page, tmp_path):
     assert all(abs(t - 60.5 / 24) < 0.05 for t in times), times
     shot(page, "05_compare_frame_60")
 
+    # The per-frame metrics lead to the frames worth looking at: the worst-frame button and the table rows.
+    # (Only when studio.quality is importable; otherwise the panel must say so.)
+    if "not yet available" in text_of(page, "#h3-quality"):
+        assert "per-frame metrics not yet available" in text_of(page, "#h3-readout")
+    else:
+        page.wait_for_selector("#h3-plot-psnr svg")
+        page.click("#h3-worst")
+        page.wait_for_selector("#h3-readout:has-text('pick')")
+        row = page.locator("#h3-worst-table").get_by_role("row").filter(visible=True).nth(2)
+        wanted = row.get_by_role("gridcell").first.inner_text().strip()
+        row.get_by_role("gridcell").first.click()
+        page.wait_for_selector(f"#h3-readout:has-text('frame {wanted} ')")
+    shot(page, "05b_compare_metrics")
+
     # Synced playback: one clock drives both videos; pausing moves the slider to the shown frame.
     page.click("#h3-player button[data-act=play]")
     page.wait_for_timeout(1500)
