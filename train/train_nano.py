@@ -147,12 +147,16 @@ def cosine_lr(step: int, warmup: int, progress: float, base: float) -> float:
 # Phase 1: video VAE
 
 
-def train_video_vae(run: Run) -> torch.nn.Module:
+def train_video_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
+    """Train (or, from `init`, continue training) the video VAE until its deadline."""
     from diffusers import AutoencoderKLMiniMaxH3
 
     args = run.args
     seed_all(configs.SEED + 1)
-    vae = AutoencoderKLMiniMaxH3(**configs.VIDEO_VAE).to(run.device).train()
+    vae = AutoencoderKLMiniMaxH3(**configs.VIDEO_VAE)
+    if init is not None:
+        load_weights(vae, init)
+    vae = vae.to(run.device).train()
     vae.use_tiling = False  # 224x128 is below the 256 tile anyway; keep the graph simple
     optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0, betas=(0.9, 0.99))
     rng = np.random.default_rng(configs.SEED + 1)
@@ -218,12 +222,16 @@ def stft_loss(recon: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return total / 3
 
 
-def train_audio_vae(run: Run) -> torch.nn.Module:
+def train_audio_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
+    """Train (or, from `init`, continue training) the audio VAE until its deadline."""
     from diffusers import AutoencoderKLMiniMaxH3Audio
 
     args = run.args
     seed_all(configs.SEED + 3)
-    vae = AutoencoderKLMiniMaxH3Audio(**configs.AUDIO_VAE).to(run.device).train()
+    vae = AutoencoderKLMiniMaxH3Audio(**configs.AUDIO_VAE)
+    if init is not None:
+        load_weights(vae, init)
+    vae = vae.to(run.device).train()
     optimizer = torch.optim.AdamW(vae.parameters(), lr=args.audio_lr, weight_decay=0.0, betas=(0.8, 0.99))
     rng = np.random.default_rng(configs.SEED + 3)
     generator = torch.Generator(run.device).manual_seed(configs.SEED + 3)
@@ -566,6 +574,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out" / "nano_train")))
     p.add_argument("--resume", default=None, help="folder with checkpoints from an earlier run")
+    p.add_argument("--continue-phases", action="store_true",
+                   help="re-trained VAE phases start from the --resume checkpoint (the transformer always does)")
     p.add_argument("--mirror", default=None, help="also copy each checkpoint here (e.g. /tmp/nano_ckpt)")
     p.add_argument("--phases", default=",".join(PHASES))
     p.add_argument("--text-table", default=str(ROOT / "data" / "nano_train" / "caption_embeds.pt"))
@@ -632,10 +642,15 @@ def main(argv=None) -> None:
 
     vae = None if "video_vae" in phases else resumed(
         "video_vae", load_vae_config(AutoencoderKLMiniMaxH3, configs.VIDEO_VAE, "video_vae"))
-    vae = vae or train_video_vae(run)
+    def init_for(key: str) -> Path | None:
+        """With --continue-phases, a re-trained phase starts from its resume checkpoint instead of from scratch."""
+        path = resume / FILES[key] if resume else None
+        return path if args.continue_phases and path is not None and path.is_file() else None
+
+    vae = vae or train_video_vae(run, init_for("video_vae"))
     audio_vae = None if "audio_vae" in phases else resumed(
         "audio_vae", load_vae_config(AutoencoderKLMiniMaxH3Audio, configs.AUDIO_VAE, "audio_vae"))
-    audio_vae = audio_vae or train_audio_vae(run)
+    audio_vae = audio_vae or train_audio_vae(run, init_for("audio_vae"))
     for module in (vae, audio_vae):
         module.eval().requires_grad_(False)
     # Carry the latent statistics forward in this run's log, so a later resume finds them here too.

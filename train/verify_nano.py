@@ -113,10 +113,17 @@ def benchmark(engine, repeats: int = 1) -> dict:
         start = time.perf_counter()
         base = engine.generate({"prompt": prompt, "seed": SEED + i, "tier": "baseline"})
         turbo = engine.generate({"prompt": prompt, "seed": SEED + i, "tier": "v-turbo"})
-        timings.append({"pair_s": time.perf_counter() - start, "baseline": base.timings, "turbo": turbo.timings})
+        steps = [s["seconds"] for s in base.steps + turbo.steps]
+        fixed = sum(v for clip in (base, turbo) for k, v in clip.timings.items() if k != "denoise")
+        timings.append({"pair_s": time.perf_counter() - start, "baseline": base.timings, "turbo": turbo.timings,
+                        "forwards": len(steps), "step_min_s": min(steps), "step_median_s": float(np.median(steps)),
+                        "non_denoise_s": fixed})
     measured = timings[1:]
     pair = float(np.median([t["pair_s"] for t in measured]))
-    return {"pair_seconds": pair, "runs": measured, "pass": pair <= 30.0}
+    # On a shared 2-core machine one step takes 0.1-10 s depending on neighbours; the fastest step times the number
+    # of forwards, plus the non-denoise stages, estimates the pair on an idle machine.
+    idle = float(np.median([t["forwards"] * t["step_min_s"] + t["non_denoise_s"] for t in measured]))
+    return {"pair_seconds": pair, "idle_estimate_seconds": idle, "runs": measured, "pass": pair <= 30.0}
 
 
 def main() -> None:
