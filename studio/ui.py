@@ -84,7 +84,7 @@ def build_ui(service: StudioService) -> gr.Blocks:
     """The whole studio UI over one service (the signature app.py calls)."""
     clips = ClipCache()
     media = MediaDir(service.config.data_dir)
-    overlays = Overlays(service._quality_loader)  # the service's loader: tests may inject a quality double
+    overlays = Overlays(service.quality)  # the service's own loader, so an injected quality double applies here too
     with gr.Blocks(title="H3 Review Studio") as demo:
         # Why a <style> in head: app.py mounts with gr.mount_gradio_app, which replaces Blocks-level css.
         gr.HTML("", head=f"<style>{CSS}</style>", js_on_load=None)
