@@ -54,7 +54,7 @@ def compare_audio(base: np.ndarray, base_rate: int, cand: np.ndarray, cand_rate:
     n = min(base.shape[1], cand.shape[1])
     base, cand = base[:, :n].astype(np.float32), cand[:, :n].astype(np.float32)
     lag_ms, corr = envelope_lag_ms(base.mean(axis=0), cand.mean(axis=0), base_rate, max_lag_ms)
-    shift = int(round((lag_ms or 0.0) * base_rate / 1000))
+    shift = round((lag_ms or 0.0) * base_rate / 1000)
     mel = mel_distance_db(*_overlap(base.mean(axis=0), cand.mean(axis=0), shift), base_rate)
     lb, lc = integrated_loudness(base, base_rate), integrated_loudness(cand, base_rate)
     delta = None if lb is None or lc is None else lc - lb
@@ -77,15 +77,17 @@ def _overlap(a: np.ndarray, b: np.ndarray, shift: int) -> tuple[np.ndarray, np.n
 
 
 def onset_envelope(x: np.ndarray, rate: int) -> np.ndarray:
-    """Half-wave rectified rise of the log RMS envelope at 1 kHz: peaks at onsets, flat in steady sound."""
+    """Half-wave rectified rise of the RMS amplitude envelope at 1 kHz: peaks at onsets, flat in steady sound.
+
+    Linear amplitude, not dB: a quiet noise floor starting after silence must not outweigh the loud onsets.
+    """
     hop = max(1, rate // _ENVELOPE_RATE)
     frames = len(x) // hop
     if frames < 4:
         return np.zeros(max(frames, 0), np.float32)
     power = (x[:frames * hop].reshape(frames, hop) ** 2).mean(axis=1)
-    smooth = np.convolve(power, np.ones(5) / 5, mode="same")  # 5 ms RMS window
-    log_env = 10 * np.log10(smooth + 1e-10)
-    return np.maximum(np.diff(log_env, prepend=log_env[0]), 0).astype(np.float32)
+    amplitude = np.sqrt(np.convolve(power, np.ones(5) / 5, mode="same"))  # 5 ms RMS window
+    return np.maximum(np.diff(amplitude, prepend=amplitude[0]), 0).astype(np.float32)
 
 
 def envelope_lag_ms(base: np.ndarray, cand: np.ndarray, rate: int,

@@ -111,7 +111,7 @@ def _frame_rate(video: av.video.stream.VideoStream, count: int) -> float:
 
 def _align_audio_start(samples: np.ndarray, offset_s: float, rate: int) -> np.ndarray:
     """Shift audio so sample 0 plays with frame 0: pad when audio starts late, drop when it starts early."""
-    shift = int(round(offset_s * rate))
+    shift = round(offset_s * rate)
     if shift > 0:
         return np.concatenate([np.zeros((2, shift), np.float32), samples], axis=1)
     return samples[:, -shift:] if shift < 0 else samples

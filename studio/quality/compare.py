@@ -15,7 +15,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from .analysis import FlowEstimator, analysis_factor, stack_planes
+from .analysis import analysis_factor, stack_planes
 from .audio import AudioComparison, compare_audio
 from .clipio import ClipData
 from .errors import QualityError
@@ -194,7 +194,7 @@ def compare_clips(baseline: ClipData, candidate: ClipData, gates: Gates | None =
         base_planes = stack_planes([m.base_planes for m in per_frame], factor)
         cand_planes = stack_planes([m.cand_planes for m in per_frame], factor)
         # Two clips, two independent flow passes: one thread each.
-        base_motion, cand_motion = pool.map(lambda p: motion(p, FlowEstimator()), (base_planes, cand_planes))
+        base_motion, cand_motion = pool.map(motion, (base_planes, cand_planes))
     ghost = detect_ghosts(base_planes, cand_planes, base_motion.speed,
                           ghost_params or GhostParams(workers=workers))
     scores, reason = None, "LPIPS not requested"

@@ -43,16 +43,19 @@ class GhostParams:
     """Detector settings. Pixel counts and distances are on the analysis grid (short side ~192)."""
 
     lags: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)  # frames, searched in both directions
+    lag_candidates: int = 3  # best-ranked lags examined in full per frame
     window: int = 15  # side of the local fitting window
     min_correlation: float = 0.8  # local fit quality of R = a * P_s
     min_contrast: float = 8.0  # RMS of P_s in a window (8-bit levels) for the window to carry evidence
     min_window_opacity: float = 0.03
+    partner_correlation: float = 0.8  # another lag fitting this well (relative) means uncovered background
+    partner_opacity: float = 0.6
     max_opacity: float = 0.85  # above: the copy replaced the original, i.e. one copy
     min_displacement: float = 3.0  # copy offset along the motion, analysis pixels
     min_area_fraction: float = 0.0015  # evidence area per frame, share of the analysis frame
     frame_threshold: float = 0.05  # frame opacity at or above which a frame counts as ghosted
     min_frames: int = 3
-    min_fraction: float = 0.25  # of the clip's frames
+    min_fraction: float = 0.15  # of the clip's frames
     heat_full_opacity: float = 0.25  # heatmap value 1.0 at this local opacity
     workers: int = 2
 
@@ -134,35 +137,33 @@ def _design(base: Planes, t: int, weight: np.ndarray) -> tuple[np.ndarray, np.nd
     gy = cv2.Sobel(y, cv2.CV_32F, 0, 1, ksize=3) / 8
     x = np.stack([np.ones_like(y), y, base.cb[t], base.cr[t], blur1, blur2, gx, gy]).reshape(8, -1)
     x *= weight.reshape(1, -1)
-    gram = (x @ x.T).astype(np.float64)
+    gram = np.einsum("ij,kj->ik", x, x).astype(np.float64)
     gram += np.eye(len(gram)) * (1e-6 * np.trace(gram) / len(gram) + 1e-9)
     return x, gram
 
 
 def _residual(x: np.ndarray, gram: np.ndarray, r: np.ndarray) -> np.ndarray:
     """r minus its least-squares fit on the rows of x: what the nuisance model cannot explain."""
-    coef = np.linalg.solve(gram, (x @ r).astype(np.float64)).astype(np.float32)
-    return r - coef @ x
+    coef = np.linalg.solve(gram, np.einsum("ij,j->i", x, r).astype(np.float64)).astype(np.float32)
+    return r - np.einsum("i,ij->j", coef, x)
 
 
-def _best_lag(base: Planes, t: int, weight: np.ndarray, resid: np.ndarray, params: GhostParams) -> int:
-    """The lag whose predictor P_s explains most residual energy with a positive sign (0 if none does).
+def _ranked_lags(base: Planes, t: int, valid: np.ndarray, resid: np.ndarray, params: GhostParams) -> list[int]:
+    """Lags with local evidence of R = a * P_s in the unaligned residual, the most explained energy first.
 
-    Cheap: resid is orthogonal to Y_t (a nuisance regressor), so <P_s, resid> = <Y_{t-s}, resid>.
+    Local, not a whole-frame correlation: with several moving things the frame-wide sign of <R, P_s> says little
+    about the one subject that carries a ghost.
     """
     frames = base.y.shape[0]
-    yt = (base.y[t] * weight).ravel()
-    yy = float(yt @ yt)
-    best, best_lag = 0.0, 0
+    scored = []
     for lag in (s for k in params.lags for s in (k, -k)):
         if not 0 <= t - lag < frames:
             continue
-        other = (base.y[t - lag] * weight).ravel()
-        num = float(other @ resid)
-        energy = float(other @ other) + yy - 2 * float(other @ yt)
-        if num > 0 and num * num / (energy + 1e-9) > best:
-            best, best_lag = num * num / (energy + 1e-9), lag
-    return best_lag
+        num, _, a, _, mask = _fit(resid, (base.y[t - lag] - base.y[t]) * valid, params)
+        energy = float((num * a)[mask].sum())
+        if energy > 0:
+            scored.append((energy, lag))
+    return [lag for _, lag in sorted(scored, reverse=True)]
 
 
 def _box(a: np.ndarray, size: int) -> np.ndarray:
@@ -175,53 +176,83 @@ def _window_fit(r: np.ndarray, p: np.ndarray, size: int) -> tuple[np.ndarray, np
     return num, den, num / (den + 1e-3), num / np.sqrt(den * rr + 1e-3)
 
 
-def _evidence(r: np.ndarray, p: np.ndarray, partners: list[np.ndarray],
-              params: GhostParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Windows where r = a * p holds as a faint, lag-specific copy. Returns (num, den, a, mask), each (h, w)."""
+def _fit(r: np.ndarray, p: np.ndarray, params: GhostParams) -> tuple[np.ndarray, ...]:
+    """Windows where r = a * p fits well with a faint a: (num, den, a, rho, mask), each (h, w)."""
+    num, den, a, rho = _window_fit(r, p, params.window)
+    mask = (rho >= params.min_correlation) & (den >= params.min_contrast ** 2) \
+        & (a >= params.min_window_opacity) & (a <= params.max_opacity)
+    return num, den, a, rho, mask
+
+
+def _not_a_copy(r: np.ndarray, p: np.ndarray, a: np.ndarray, rho: np.ndarray, partners: list[np.ndarray],
+                params: GhostParams) -> np.ndarray:
+    """bool (h, w): windows whose fit is explained by something other than a faint copy from one moment."""
     size = params.window
-    floor = params.min_contrast ** 2
-    num, den, a, rho = _window_fit(r, p, size)
-    mask = (rho >= params.min_correlation) & (den >= floor) & (a >= params.min_window_opacity) \
-        & (a <= params.max_opacity)
     # Background the candidate shows in place of the subject: r equals p pixel by pixel (a ~ 1). Windows near
     # such pixels mix "replaced" with "unchanged" and would read as a partial copy.
     replaced = ((np.abs(p) >= 12) & (np.abs(r - p) <= 0.3 * np.abs(p))).astype(np.float32)
     replaced = cv2.blur(replaced, (5, 5)) >= 0.3
-    if replaced.any():
-        mask &= cv2.dilate(replaced.astype(np.uint8), np.ones((size, size), np.uint8)) == 0
+    out = cv2.dilate(replaced.astype(np.uint8), np.ones((size, size), np.uint8)) > 0
     # Evidence another lag explains about as well is uncovered background, not a copy from one moment.
     for other in partners:
         _, den_o, a_o, rho_o = _window_fit(r, other, size)
-        mask &= ~((rho_o >= 0.8 * rho) & (den_o >= floor) & (a_o >= 0.6 * a))
-    return num, den, a, mask
+        out |= (rho_o >= params.partner_correlation * rho) & (den_o >= params.min_contrast ** 2) \
+            & (a_o >= params.partner_opacity * a)
+    return out
 
 
 def _analyse_frame(base: Planes, cand_y: np.ndarray, aligned_y: np.ndarray, valid: np.ndarray,
                    speed: np.ndarray, t: int, params: GhostParams) -> tuple[float, int, float, np.ndarray]:
-    """(opacity, lag, displacement, heatmap (h, w)) for frame t."""
+    """(opacity, lag, displacement, heatmap (h, w)) for frame t: the strongest lag among the best candidates."""
     h, w = base.shape
-    empty = (0.0, 0, 0.0, np.zeros((h, w), np.float32))
     x, gram = _design(base, t, valid)
     y = base.y[t]
-    resid_aligned = _residual(x, gram, ((aligned_y - y) * valid).ravel())
-    lag = _best_lag(base, t, valid, resid_aligned, params)
-    if lag == 0:
-        return empty
-    frames = base.y.shape[0]
+    # Lags are ranked on the unaligned residual: a strong, nearby copy can drag the alignment flow along and
+    # leave an aligned residual that points the wrong way. A second moving subject can outrank the ghost's lag,
+    # hence several candidates.
+    r_raw = _residual(x, gram, ((cand_y - y) * valid).ravel()).reshape(h, w)
+    lags = _ranked_lags(base, t, valid, r_raw, params)[:params.lag_candidates]
+    best = (0.0, 0, 0.0, np.zeros((h, w), np.float32))
+    best_strength = 0.0
+    r_aligned = None
+    for lag in lags:
+        if r_aligned is None:
+            r_aligned = _residual(x, gram, ((aligned_y - y) * valid).ravel()).reshape(h, w)
+        found = _evaluate_lag(base, t, lag, r_raw, r_aligned, valid, speed, params)
+        if found is not None and found[0] > best_strength:
+            best_strength, best = found[0], found[1:]
+    return best
+
+
+def _evaluate_lag(base: Planes, t: int, lag: int, r_raw: np.ndarray, r_aligned: np.ndarray, valid: np.ndarray,
+                  speed: np.ndarray, params: GhostParams) -> tuple[float, float, int, float, np.ndarray] | None:
+    """(explained energy, opacity, lag, displacement, heatmap) if frame t shows a copy at this lag, else None.
+    Cheap tests first: most frames stop early."""
+    h, w = base.shape
+    min_area = params.min_area_fraction * h * w
+    y = base.y[t]
     p = (base.y[t - lag] - y) * valid
-    partner_lags = {2 * lag, -lag, 3 * lag, int(lag / 2)} - {0, lag}
-    partners = [(base.y[t - s] - y) * valid for s in sorted(partner_lags) if 0 <= t - s < frames]
-    resid_raw = _residual(x, gram, ((cand_y - y) * valid).ravel()).reshape(h, w)
-    num, den, a, mask = _evidence(resid_aligned.reshape(h, w), p, partners, params)
-    _, _, a_raw, mask_raw = _evidence(resid_raw, p, partners, params)
-    mask &= mask_raw & (np.abs(a_raw - a) <= 0.5 * a)
-    area = int(mask.sum())
-    if area < params.min_area_fraction * h * w:
-        return empty
+    _, _, a_raw, rho_raw, mask_raw = _fit(r_raw, p, params)
+    if mask_raw.sum() < min_area:
+        return None
+    # The evidence must hold after aligning the candidate onto the baseline too: alignment explains a subject
+    # that simply moved, but not an added translucent copy.
+    num, den, a, rho, mask = _fit(r_aligned, p, params)
     active = den >= params.min_contrast ** 2
     displacement = abs(lag) * float(np.percentile(speed[active], 90)) if active.any() else 0.0
     if displacement < params.min_displacement:
-        return empty
-    opacity = float(num[mask].sum() / (den[mask].sum() + 1e-9))
+        return None
+    mask &= mask_raw & (np.abs(a_raw - a) <= 0.5 * a)
+    if mask.sum() < min_area:
+        return None
+    frames = base.y.shape[0]
+    partner_lags = sorted({2 * lag, -lag, 3 * lag, int(lag / 2)} - {0, lag})
+    partners = [(base.y[t - s] - y) * valid for s in partner_lags if 0 <= t - s < frames]
+    mask &= ~_not_a_copy(r_aligned, p, a, rho, partners, params)
+    mask &= ~_not_a_copy(r_raw, p, a_raw, rho_raw, partners, params)
+    if mask.sum() < min_area:
+        return None
+    explained = float(num[mask].sum())
+    opacity = explained / (float(den[mask].sum()) + 1e-9)
     heat = np.where(mask, np.clip(a / params.heat_full_opacity, 0, 1), 0).astype(np.float32)
-    return opacity, lag, displacement, heat
+    return explained * opacity, opacity, lag, displacement, heat

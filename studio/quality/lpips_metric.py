@@ -16,9 +16,6 @@ from typing import Any
 import cv2
 import numpy as np
 
-_lock = threading.Lock()
-_cache: dict[str, tuple["LpipsScorer | None", "str | None"]] = {}
-
 
 class LpipsScorer:
     """Wraps an `lpips.LPIPS` module (or anything with the same call signature on [-1, 1] NCHW tensors)."""
@@ -52,6 +49,10 @@ class LpipsScorer:
         return np.concatenate(out).astype(np.float32)
 
 
+_lock = threading.Lock()
+_cache: dict[str, tuple[LpipsScorer | None, str | None]] = {}
+
+
 def load_lpips(net: str = "alex") -> tuple[LpipsScorer | None, str | None]:
     """(scorer, None) when LPIPS works here, else (None, reason). Cached per network for the process."""
     with _lock:
@@ -69,12 +70,12 @@ def reset_lpips_cache() -> None:
 def _build(net: str) -> tuple[LpipsScorer | None, str | None]:
     try:
         import lpips
-    except Exception as exc:  # ImportError in practice; anything else at import time means the same to us
+    except Exception as exc:  # noqa: BLE001 - ImportError in practice; anything failing at import means the same
         return None, (f"LPIPS unavailable: the lpips package could not be imported ({type(exc).__name__}: {exc}); "
                       f"it needs torchvision for its {net} backbone")
     try:
         model = lpips.LPIPS(net=net, verbose=False)
-    except Exception as exc:  # URLError / HTTPError / OSError offline, RuntimeError for a corrupt download
+    except Exception as exc:  # noqa: BLE001 - URLError/OSError offline, RuntimeError for a corrupt download
         return None, (f"LPIPS unavailable: the {net} backbone weights could not be loaded "
                       f"({type(exc).__name__}: {exc}); offline machines need them in the torch hub cache")
     return LpipsScorer(model), None

@@ -231,7 +231,7 @@ def jpeg(frames: np.ndarray, quality: int) -> np.ndarray:
     """Per-frame JPEG round trip: blocky compression loss."""
     out = np.empty_like(frames)
     for i, f in enumerate(frames):
-        ok, buf = cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, quality])
+        _, buf = cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, quality])
         out[i] = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
     return out
 
@@ -251,10 +251,10 @@ def synth_audio(seconds: float, sample_rate: int = 32000, seed: int = 0) -> Synt
     The onsets give the envelope cross-correlation an unambiguous peak, like speech or footsteps would.
     """
     rng = np.random.default_rng(seed)
-    n = int(round(seconds * sample_rate))
+    n = round(seconds * sample_rate)
     t = np.arange(n, dtype=np.float32) / sample_rate
     out = 0.01 * rng.standard_normal((2, n)).astype(np.float32)
-    onsets = sorted(rng.uniform(0.05, max(0.1, seconds - 0.3), size=max(2, int(seconds * 3))).tolist())
+    onsets = sorted(rng.uniform(0.05, max(0.1, seconds - 0.3), size=max(3, int(seconds * 6))).tolist())
     for onset in onsets:
         freq = rng.uniform(200, 2000)
         env = np.where(t >= onset, np.exp(-(t - onset) * rng.uniform(6, 20)), 0).astype(np.float32)
