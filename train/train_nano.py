@@ -388,7 +388,7 @@ def train_dit(run: Run, data: dict, text: TextTable, model=None):
             for p_ema, p in zip(ema.parameters(), model.parameters()):
                 p_ema.lerp_(p, 1 - decay)
         if step % 25 == 0:
-            losses.append([step, round(time.time() - begin, 2), float(loss_video), float(loss_audio)])
+            losses.append([step, round(time.time() - begin, 2), loss_video.item(), loss_audio.item()])
         step += 1
     save_weights(ema, run.out / FILES["dit"])
     run.mirror(FILES["dit"])
@@ -660,8 +660,10 @@ def main(argv=None) -> None:
                                                           latents_std=list(audio_vae.config.latents_std))
     if "video_vae" not in phases and resume and (resume / FILES["video_vae"]).is_file():
         save_weights(vae, run.out / FILES["video_vae"])
+        run.mirror(FILES["video_vae"])
     if "audio_vae" not in phases and resume and (resume / FILES["audio_vae"]).is_file():
         save_weights(audio_vae, run.out / FILES["audio_vae"], dtype=torch.float32)
+        run.mirror(FILES["audio_vae"])
 
     text = TextTable(Path(args.text_table), run.device)
     data = build_latent_dataset(run, vae, audio_vae)
@@ -670,6 +672,7 @@ def main(argv=None) -> None:
     model = train_dit(run, data, text, loaded) if "dit" in phases or loaded is None else loaded.eval()
     if "dit" not in phases and loaded is not None:
         save_weights(model, run.out / FILES["dit"])
+        run.mirror(FILES["dit"])
     if not args.skip_checks:
         live_checks(run, model, text, vae, "dit")
     if "lora" in phases:
