@@ -24,6 +24,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from studio.quality import ClipData, compare_clips, read_clip, synth, write_clip  # noqa: E402
 
 
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def make_pair(folder: Path, frames: int) -> tuple[Path, Path]:
     scene = synth.make_scene(7, width=1344, height=768, frames=frames, speed=14.0)
     audio = synth.synth_audio(frames / 24.0)
@@ -47,7 +57,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=124)
     parser.add_argument("--no-lpips", action="store_true")
     args = parser.parse_args()
-    device = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
+    device = f"{cpu_name()}, {os.cpu_count()} CPU cores"
     with tempfile.TemporaryDirectory() as tmp:
         baseline, candidate = make_pair(Path(tmp), args.frames)
         totals = []

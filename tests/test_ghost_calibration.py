@@ -133,7 +133,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     lp = None if scorer is None else float(scorer.distances(base[picks], cand[picks]).mean())
     return {**case, "label": label(case), "ghosting": summary["ghosting"], "ghost_score": summary["ghost_score"],
             "frames_flagged": sum(row["ghost"] for row in summary["per_frame"]),
-            "max_frame_score": max(row["ghost_score"] for row in summary["per_frame"]),
+            "opacity_estimate": float(np.median([row["ghost_score"] for row in summary["per_frame"] if row["ghost"]]
+                                                or [0.0])),
             "psnr_mean": summary["psnr_mean"], "ssim_mean": summary["ssim_mean"], "lpips": lp,
             "lpips_kind": lpips_kind}
 
@@ -233,9 +234,11 @@ def test_ghost_detector_calibration():
     assert len(results) == len(cases) >= 200
     assert report["recall_at_opacity_ge_10pct"] >= 0.95
     assert report["false_positive_rate"] <= 0.02
-    for r in results:  # a flagged clip's score estimates the copy's opacity; it is not a number from nowhere
-        if r["kind"] == "ghost" and r["ghosting"]:
-            assert 0.5 * r["opacity"] <= r["max_frame_score"] <= 1.2 * r["opacity"], r["label"]
+    # A flagged clip's score estimates the copy's opacity, not a number from nowhere: never overstated, and close
+    # on the whole. (Where the planted copy lies over another subject that occluded it in the lagged frame, the
+    # copy is not in the baseline's past and the estimate drops to about half; hence the median.)
+    ratios = [r["opacity_estimate"] / r["opacity"] for r in results if r["kind"] == "ghost" and r["ghosting"]]
+    assert max(ratios) <= 1.2 and 0.7 <= float(np.median(ratios)) <= 1.05
     # PSNR alone cannot be the gate: any PSNR threshold that catches 95 % of these ghosts also rejects a large
     # share of harmless differences, which the detector does not.
     psnr = report["ranking_psnr_alone"]

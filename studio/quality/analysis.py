@@ -18,6 +18,10 @@ import numpy as np
 # Pixels this close to 0 or 255 in any channel are clipped: a gain change cannot move them linearly, so the ghost
 # fit ignores them rather than read the clipping as structure.
 _SATURATION_LOW, _SATURATION_HIGH = 5, 250
+# BT.601 RGB -> (Y, Cb, Cr) without offsets, in float: OpenCV's uint8 YCrCb clips strongly coloured chroma, and
+# the ghost fit needs chroma exactly linear in RGB.
+_RGB_TO_YCBCR = np.array([[0.299, 0.587, 0.114], [-0.168736, -0.331264, 0.5], [0.5, -0.418688, -0.081312]],
+                         np.float32)
 
 
 def analysis_factor(width: int, height: int, short_side: int = 192) -> int:
@@ -29,7 +33,7 @@ def analysis_factor(width: int, height: int, short_side: int = 192) -> int:
 class Planes:
     """One clip at analysis resolution.
 
-    y, cb, cr: float32 (T, h, w), BT.601 YCbCr in 8-bit units.
+    y, cb, cr: float32 (T, h, w), BT.601 luma and (zero-centred, unclipped) chroma in 8-bit units.
     clipped: float32 (T, h, w) in [0, 1], the share of full-resolution pixels that are near 0 or 255.
     factor: the integer downscale from full resolution.
     """
@@ -47,24 +51,23 @@ class Planes:
 
 
 def planes_of_frame(frame: np.ndarray, factor: int) -> tuple[np.ndarray, np.ndarray]:
-    """One RGB frame (H, W, 3) uint8 -> (YCrCb (3, h, w) float32, clipped share (h, w) float32)."""
+    """One RGB frame (H, W, 3) uint8 -> (Y, Cb, Cr (3, h, w) float32, clipped share (h, w) float32)."""
     height, width = frame.shape[:2]
     size = (width // factor, height // factor)
     small = cv2.resize(frame, size, interpolation=cv2.INTER_AREA) if factor > 1 else frame
-    ycc = cv2.cvtColor(small, cv2.COLOR_RGB2YCrCb)
+    ycc = cv2.transform(small.astype(np.float32), _RGB_TO_YCBCR)
     extreme = cv2.bitwise_or(
         cv2.compare(cv2.max(cv2.max(frame[..., 0], frame[..., 1]), frame[..., 2]), _SATURATION_HIGH, cv2.CMP_GE),
         cv2.compare(cv2.min(cv2.min(frame[..., 0], frame[..., 1]), frame[..., 2]), _SATURATION_LOW, cv2.CMP_LE))
     clipped = cv2.resize(extreme, size, interpolation=cv2.INTER_AREA) if factor > 1 else extreme
-    return np.moveaxis(ycc, 2, 0).astype(np.float32), clipped.astype(np.float32) / 255.0
+    return np.moveaxis(ycc, 2, 0), clipped.astype(np.float32) / 255.0
 
 
 def stack_planes(per_frame: list[tuple[np.ndarray, np.ndarray]], factor: int) -> Planes:
     """Assemble `planes_of_frame` outputs (in frame order) into a Planes."""
     ycc = np.stack([p[0] for p in per_frame])
     clipped = np.stack([p[1] for p in per_frame])
-    # OpenCV's YCrCb order is Y, Cr, Cb.
-    return Planes(y=ycc[:, 0], cb=ycc[:, 2], cr=ycc[:, 1], clipped=clipped, factor=factor)
+    return Planes(y=ycc[:, 0], cb=ycc[:, 1], cr=ycc[:, 2], clipped=clipped, factor=factor)
 
 
 def to_u8(plane: np.ndarray) -> np.ndarray:

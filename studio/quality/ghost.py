@@ -102,8 +102,11 @@ def detect_ghosts(base: Planes, cand: Planes, base_speed: np.ndarray,
         aligned = _align(base.y[t], cand.y[t], local.flow)
         return _analyse_frame(base, cand.y[t], aligned, valid[t], base_speed[t], t, params)
 
-    with ThreadPoolExecutor(max_workers=max(1, params.workers)) as pool:
-        results = list(pool.map(run, range(frames)))
+    if params.workers > 1:
+        with ThreadPoolExecutor(max_workers=params.workers) as pool:
+            results = list(pool.map(run, range(frames)))
+    else:
+        results = [run(t) for t in range(frames)]
     scores = np.array([r[0] for r in results], np.float32)
     required = min(frames, max(params.min_frames, math.ceil(params.min_fraction * frames)))
     clip_score = float(np.sort(scores)[::-1][required - 1])
