@@ -18,7 +18,8 @@ with 0 < a < 1. Harmless differences do not have that form, and the detector che
   - a copy displaced by less than `min_displacement` analysis pixels is indistinguishable from a slightly moved
     subject and is not reported.
 
-Per frame: the best lag s, local windows where R = a * P_s fits well, their pooled opacity a (the frame's ghost
+Per frame: lags are ranked by local evidence in the unaligned residual and the best few examined in full; the
+strongest surviving lag gives the windows where R = a * P_s fits, their pooled opacity a (the frame's ghost
 score) and a heatmap. Per clip: ghosting when at least k frames (k = max(min_frames, min_fraction * T)) score at
 least `frame_threshold`; the clip's ghost score is the k-th largest frame score.
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -99,8 +101,8 @@ def detect_ghosts(base: Planes, cand: Planes, base_speed: np.ndarray,
     def run(t: int) -> tuple[float, int, float, np.ndarray]:
         if not hasattr(local, "flow"):
             local.flow = FlowEstimator(accurate=True)
-        aligned = _align(base.y[t], cand.y[t], local.flow)
-        return _analyse_frame(base, cand.y[t], aligned, valid[t], base_speed[t], t, params)
+        return _analyse_frame(base, cand.y[t], lambda: _align(base.y[t], cand.y[t], local.flow), valid[t],
+                              base_speed[t], t, params)
 
     if params.workers > 1:
         with ThreadPoolExecutor(max_workers=params.workers) as pool:
@@ -204,9 +206,12 @@ def _not_a_copy(r: np.ndarray, p: np.ndarray, a: np.ndarray, rho: np.ndarray, pa
     return out
 
 
-def _analyse_frame(base: Planes, cand_y: np.ndarray, aligned_y: np.ndarray, valid: np.ndarray,
+def _analyse_frame(base: Planes, cand_y: np.ndarray, align: Callable[[], np.ndarray], valid: np.ndarray,
                    speed: np.ndarray, t: int, params: GhostParams) -> tuple[float, int, float, np.ndarray]:
-    """(opacity, lag, displacement, heatmap (h, w)) for frame t: the strongest lag among the best candidates."""
+    """(opacity, lag, displacement, heatmap (h, w)) for frame t: the strongest lag among the best candidates.
+
+    align() gives the flow-aligned candidate luma; it is only called for frames with evidence in the unaligned
+    residual (most frames of a clean pair have none, and the flow is the costly part)."""
     h, w = base.shape
     x, gram = _design(base, t, valid)
     y = base.y[t]
@@ -217,18 +222,23 @@ def _analyse_frame(base: Planes, cand_y: np.ndarray, aligned_y: np.ndarray, vali
     lags = _ranked_lags(base, t, valid, r_raw, params)[:params.lag_candidates]
     best = (0.0, 0, 0.0, np.zeros((h, w), np.float32))
     best_strength = 0.0
-    r_aligned = None
+    aligned: list[np.ndarray] = []
+
+    def r_aligned() -> np.ndarray:
+        if not aligned:
+            aligned.append(_residual(x, gram, ((align() - y) * valid).ravel()).reshape(h, w))
+        return aligned[0]
+
     for lag in lags:
-        if r_aligned is None:
-            r_aligned = _residual(x, gram, ((aligned_y - y) * valid).ravel()).reshape(h, w)
         found = _evaluate_lag(base, t, lag, r_raw, r_aligned, valid, speed, params)
         if found is not None and found[0] > best_strength:
             best_strength, best = found[0], found[1:]
     return best
 
 
-def _evaluate_lag(base: Planes, t: int, lag: int, r_raw: np.ndarray, r_aligned: np.ndarray, valid: np.ndarray,
-                  speed: np.ndarray, params: GhostParams) -> tuple[float, float, int, float, np.ndarray] | None:
+def _evaluate_lag(base: Planes, t: int, lag: int, r_raw: np.ndarray, aligned: Callable[[], np.ndarray],
+                  valid: np.ndarray, speed: np.ndarray,
+                  params: GhostParams) -> tuple[float, float, int, float, np.ndarray] | None:
     """(explained energy, opacity, lag, displacement, heatmap) if frame t shows a copy at this lag, else None.
     Cheap tests first: most frames stop early."""
     h, w = base.shape
@@ -240,6 +250,7 @@ def _evaluate_lag(base: Planes, t: int, lag: int, r_raw: np.ndarray, r_aligned: 
         return None
     # The evidence must hold after aligning the candidate onto the baseline too: alignment explains a subject
     # that simply moved, but not an added translucent copy.
+    r_aligned = aligned()
     num, den, a, rho, mask = _fit(r_aligned, p, params)
     active = den >= params.min_contrast ** 2
     displacement = abs(lag) * float(np.percentile(speed[active], 90)) if active.any() else 0.0
