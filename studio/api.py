@@ -254,6 +254,9 @@ def video_object(view: VideoView) -> dict[str, Any]:
         "prompt": view.prompt,
         "seed": view.seed,
         "queue_position": view.queue_position,
+        "timings": view.timings,  # studio extensions: per-stage seconds, packed rows, kernel compiles
+        "tokens": view.tokens,
+        "compiles": view.compiles,
     }
 
 

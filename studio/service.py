@@ -131,6 +131,8 @@ class VideoView:
     timings: dict[str, float]
     reused_clip: bool
     request: dict[str, Any]
+    tokens: int | None = None
+    compiles: dict[str, Any] | None = None  # kernel compile keys this clip used, from its sidecar
 
     def as_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -404,6 +406,7 @@ class StudioService:
             queue_position=self._queue.position(record.id) if self._queue and live else None,
             clip_sha=record.clip_sha, clip_path=clip.path if clip else None,
             timings=dict(clip.timings) if clip else {}, reused_clip="reused_clip" in request, request=request,
+            tokens=clip.tokens if clip else None, compiles=clip.sidecar.get("compiles") if clip else None,
         )
 
     def _clip(self, sha: str | None) -> ClipRecord | None:
