@@ -53,17 +53,12 @@ def _payload(args) -> dict:
 
 
 def _generate(args) -> int:
-    from engine.request import validate_request
-    from engine.tiers import TierTable, availability
+    from engine.tiers import TierTable
 
     if not args.out.endswith(".mp4"):
         raise RequestError("out", f"must end in .mp4, got {args.out!r}")
     # Refuse bad input before paying for a model load; the engine validates again against its own limits.
-    request = validate_request(_payload(args))
-    tier = TierTable.load(args.tiers_file).get(request.tier)
-    ok, reason = availability(tier, request.duration_seconds, request.steps, request.force)
-    if not ok:
-        raise RequestError("tier", f"{tier.name} is unavailable: {reason}")
+    TierTable.load(args.tiers_file).validate(_payload(args))
     if args.ulysses != 1:
         from engine.parallel import generate_parallel  # the workers import diffusers; this process need not
 

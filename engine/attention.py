@@ -67,6 +67,15 @@ def tile_row_order(video_start: int, video_order: torch.Tensor, padded_length: i
     return order, torch.argsort(order)
 
 
+def project_qkv(attn, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """hidden `[B, S, C]` → query, key, value `[B, S, H, D]`, from fused or separate projections."""
+    if attn.fused_projections:
+        query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
+    else:
+        query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+    return tuple(x.unflatten(-1, (attn.heads, -1)) for x in (query, key, value))
+
+
 class StudioAttnProcessor(MiniMaxH3AttnProcessor):
     def __init__(self, block_index: int, runtime: AttentionRuntime):
         self.block_index = block_index
@@ -74,13 +83,7 @@ class StudioAttnProcessor(MiniMaxH3AttnProcessor):
 
     def __call__(self, attn, hidden_states, rotary_emb=None, attention_mask=None):
         runtime = self.runtime
-        if attn.fused_projections:
-            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
-        else:
-            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
-        query = query.unflatten(-1, (attn.heads, -1))
-        key = key.unflatten(-1, (attn.heads, -1))
-        value = value.unflatten(-1, (attn.heads, -1))
+        query, key, value = project_qkv(attn, hidden_states)
         query, key = self._norm_and_rope(attn, query, key, rotary_emb)
         if runtime.parallel is not None:
             # From here on the masks, tile order and valid length all index the whole packed sequence.

@@ -25,12 +25,11 @@ from engine.attention import AttentionRuntime, install_processors, restore_proce
 from engine.cache import FirstBlockCache
 from engine.clip import Clip
 from engine.components import Components, load_components
-from engine.errors import RequestError
 from engine.media import encode_mp4
 from engine.plan import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
-from engine.request import GenerationRequest, ModelLimits, validate_request
+from engine.request import GenerationRequest, ModelLimits
 from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode_text, frames_to_uint8, prepare_noise
-from engine.tiers import TierPlan, TierTable, availability
+from engine.tiers import TierPlan, TierTable
 
 if TYPE_CHECKING:
     from engine.parallel import ParallelContext
@@ -107,12 +106,7 @@ class Engine:
         return self.components.model_id
 
     def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
-        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, self.limits)
-        tier = self.tiers.get(request.tier)
-        ok, reason = availability(tier, request.duration_seconds, request.steps, request.force)
-        if not ok:
-            raise RequestError("tier", f"{tier.name} is unavailable: {reason}")
-        return request
+        return self.tiers.validate(payload, self.limits)
 
     def generate(self, payload: dict | GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
                  cancel: Callable[[], bool] | None = None) -> Clip:

@@ -117,13 +117,9 @@ class FusedQKAttnProcessor(MiniMaxH3AttnProcessor):
     """`MiniMaxH3AttnProcessor` with the fused QK-norm + RoPE op; attention itself stays `dispatch_attention_fn`."""
 
     def __call__(self, attn, hidden_states, rotary_emb=None, attention_mask=None):
-        if attn.fused_projections:
-            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
-        else:
-            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
-        query = query.unflatten(-1, (attn.heads, -1))
-        key = key.unflatten(-1, (attn.heads, -1))
-        value = value.unflatten(-1, (attn.heads, -1))
+        from engine.attention import project_qkv
+
+        query, key, value = project_qkv(attn, hidden_states)
         query, key = fused_qk_norm_rope(attn, query, key, rotary_emb)
         hidden_states = dispatch_attention_fn(
             query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,

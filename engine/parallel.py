@@ -45,8 +45,8 @@ import torch.distributed as dist
 # Only light modules at the top: the parent (CLI, app) never imports diffusers; the forkserver imports it once.
 from engine.clip import Clip
 from engine.errors import GenerationCancelled, ModelLoadError, RequestError
-from engine.request import GenerationRequest, ModelLimits, validate_request
-from engine.tiers import TierTable, availability
+from engine.request import GenerationRequest, ModelLimits
+from engine.tiers import TierTable
 
 if TYPE_CHECKING:
     from engine.plan import ModelGeometry, PackedLayout
@@ -622,12 +622,7 @@ class ParallelEngine:
         return self.components.model_id
 
     def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
-        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, self.limits)
-        tier = self.tiers.get(request.tier)
-        ok, reason = availability(tier, request.duration_seconds, request.steps, request.force)
-        if not ok:
-            raise RequestError("tier", f"{tier.name} is unavailable: {reason}")
-        return request
+        return self.tiers.validate(payload, self.limits)
 
     def generate(self, payload: dict | GenerationRequest, on_step: Callable | None = None,
                  cancel: Callable[[], bool] | None = None) -> Clip:

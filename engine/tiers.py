@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from engine.errors import RequestError
+from engine.request import GenerationRequest, ModelLimits, validate_request
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 CACHE_MIN_STEPS = 20
@@ -215,6 +216,15 @@ class TierTable:
         if name not in self.tiers:
             raise RequestError("tier", f"unknown tier {name!r}; choose one of {', '.join(self.tiers)}")
         return self.tiers[name]
+
+    def validate(self, payload: dict | GenerationRequest, limits: ModelLimits | None = None) -> GenerationRequest:
+        """Validate a request and check that its tier can serve it; RequestError names the field otherwise."""
+        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, limits)
+        tier = self.get(request.tier)
+        ok, reason = availability(tier, request.duration_seconds, request.steps, request.force)
+        if not ok:
+            raise RequestError("tier", f"{tier.name} is unavailable: {reason}")
+        return request
 
     def describe(self, duration: float | None = None) -> list[dict]:
         """Rows for `python -m engine tiers` and the UI picker."""

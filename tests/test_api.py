@@ -30,16 +30,7 @@ PROMPTS = ("a red kite over a beach", "a cat walking on a fence", "rain on a cit
 TERMINAL = ("completed", "failed")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread while this module runs. Why: on the shared 2-core test machines torch's default two
-    threads thrash under load (a 64×32 clip measured 14–21 s with 2 threads, 1.2–1.5 s with 1)."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class CountingEngine:

@@ -21,16 +21,7 @@ from studio.jobs import CANCELLED_MESSAGE, JobOutcome, JobQueue, QueueFull
 TIMEOUT_S = 120
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread while this module runs. Why: on the shared 2-core test machines torch's default two
-    threads thrash under load (a 64×32 clip measured 14–21 s with 2 threads, 1.2–1.5 s with 1)."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @dataclass
