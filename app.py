@@ -2,6 +2,7 @@
 
     python app.py [--host H] [--port P] [--model PATH] [--data-dir DIR] [--auth FILE]
                   [--pod-rate USD_PER_HOUR] [--tiers-file FILE] [--queue-size N]
+                  [--remotes FILE] [--default-tier NAME] [--no-ui] [--ulysses N]
 
 flags → store → service → REST routes + Gradio UI → serve; the engine's weights load in a background thread, so
 /health answers 503 {"status": "loading"} as soon as the server listens and 200 once the model is ready.
@@ -23,6 +24,7 @@ if TYPE_CHECKING:  # the studio modules import torch: build_app imports them, so
     from fastapi import FastAPI
 
     from engine.engine import Engine
+    from studio.remote import RemoteSpec
     from studio.service import StudioService
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the studio runs offline
@@ -42,6 +44,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--queue-size", type=int, default=8, help="jobs that may wait behind the running one")
     parser.add_argument("--no-ui", action="store_true", help="serve REST only (no Gradio)")
     parser.add_argument("--ulysses", type=int, default=1, help="engine processes/GPUs (1 = in-process)")
+    parser.add_argument("--remotes", default=None,
+                        help="TOML with [[remote]] tables: SGLang-compatible /v1/videos servers, one tier each")
+    parser.add_argument("--default-tier", default=None,
+                        help="tier of a POST /v1/videos that names none (serve one configuration, like sglang serve)")
     args = parser.parse_args(argv)
     if args.queue_size < 1:
         parser.error("--queue-size must be >= 1")
@@ -83,18 +89,24 @@ def build_ui(service: StudioService):
     return build_studio_ui(service)
 
 
-def build_app(args: argparse.Namespace, accounts: Accounts | None = None) -> FastAPI:
+def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
+              remotes: list[RemoteSpec] | None = None) -> FastAPI:
     """Everything the server runs, wired in the data-path order."""
     # Import the engine's module graph (torch, diffusers, transformers) on this thread before the loader thread
     # starts: two threads importing one package graph at once can see half-initialised modules.
     import engine.engine  # noqa: F401
     from studio.api import create_app
+    from studio.remote import RemotePool
     from studio.service import StudioService
 
-    service = StudioService.open(Path(args.data_dir), pod_rate_usd_per_hour=args.pod_rate, queue_size=args.queue_size)
+    pool = RemotePool(remotes) if remotes else None
+    service = StudioService.open(Path(args.data_dir), pod_rate_usd_per_hour=args.pod_rate, queue_size=args.queue_size,
+                                 remotes=pool)
+    if pool is not None:
+        pool.start()  # probes every server in the background; /health and the tier picker show the result
     loader = engine_loader(args.model, args.tiers_file, getattr(args, "ulysses", 1))
     service.start_loading(loader)  # now, not at server startup: the weights load while Gradio builds the UI
-    app = create_app(service, accounts=accounts, loader=loader)
+    app = create_app(service, accounts=accounts, loader=loader, default_tier=getattr(args, "default_tier", None))
     if not args.no_ui:
         import gradio as gr
 
@@ -106,12 +118,15 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None) -> Fas
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    from studio.remote import RemotesFileError, load_remotes  # imports PyAV and httpx: not needed for --help
+
     try:
         accounts = load_accounts(args.auth) if args.auth else None
-    except AuthFileError as error:
+        remotes = load_remotes(args.remotes) if args.remotes else None
+    except (AuthFileError, RemotesFileError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    app = build_app(args, accounts)
+    app = build_app(args, accounts, remotes)
     import uvicorn
 
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")

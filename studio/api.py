@@ -257,6 +257,8 @@ def video_object(view: VideoView) -> dict[str, Any]:
         "timings": view.timings,  # studio extensions: per-stage seconds, packed rows, kernel compiles
         "tokens": view.tokens,
         "compiles": view.compiles,
+        "engine": view.engine,
+        "client_time_s": view.client_time_s,
     }
 
 
@@ -286,8 +288,11 @@ def _current_user(accounts: Accounts | None) -> Callable[..., str | None]:
     return current_user
 
 
-def create_router(service: StudioService, accounts: Accounts | None = None) -> APIRouter:
-    """The /v1 routes over ``service``; every route requires a signed-in user when ``accounts`` is given."""
+def create_router(service: StudioService, accounts: Accounts | None = None,
+                  default_tier: str | None = None) -> APIRouter:
+    """The /v1 routes over ``service``; every route requires a signed-in user when ``accounts`` is given.
+    ``default_tier``: the tier of a POST /v1/videos that names none (a server launched for one configuration,
+    like an ``sglang serve`` process; default baseline)."""
     current_user = _current_user(accounts)
     router = APIRouter(prefix="/v1", dependencies=[Depends(current_user)])
 
@@ -296,6 +301,8 @@ def create_router(service: StudioService, accounts: Accounts | None = None) -> A
     @router.post("/videos", tags=["videos"], summary="Queue a clip (SGLang-compatible); returns at once")
     def create_video(body: VideoCreate) -> dict[str, Any]:
         payload = sglang_to_payload(body.model_dump(exclude_unset=True))
+        if default_tier:
+            payload.setdefault("tier", default_tier)
         record = _renaming(lambda: service.submit_video(payload, source="api"), SGLANG_RENAMES)
         return video_object(service.get_video(record.id))
 
@@ -388,6 +395,10 @@ def create_router(service: StudioService, accounts: Accounts | None = None) -> A
     def queue() -> dict[str, Any]:
         return service.queue_status()
 
+    @router.get("/remotes", tags=["tiers"], summary="The --remotes servers: health, model, jobs in flight")
+    def remotes() -> dict[str, Any]:
+        return {"object": "list", "data": service.remotes_status()}
+
     @router.post("/exports", tags=["export"], summary="Zip approved pairs (all when pair_ids is empty)",
                  response_class=FileResponse)
     def create_export(body: ExportCreate | None = Body(None)) -> FileResponse:
@@ -398,8 +409,9 @@ def create_router(service: StudioService, accounts: Accounts | None = None) -> A
 
 
 def create_app(service: StudioService, accounts: Accounts | None = None,
-               loader: Callable[[], Any] | None = None, close_on_shutdown: bool = True) -> FastAPI:
-    """The REST app: /health and the /v1 routes. ``loader`` (returns an Engine) runs in a background thread at
+               loader: Callable[[], Any] | None = None, close_on_shutdown: bool = True,
+               default_tier: str | None = None) -> FastAPI:
+    """The REST app: /health, /models and the /v1 routes. ``loader`` (returns an Engine) runs in a background thread at
     startup unless the service already has an engine; the service is closed at shutdown."""
 
     @contextlib.asynccontextmanager
@@ -419,5 +431,11 @@ def create_app(service: StudioService, accounts: Accounts | None = None,
         status = service.health()
         return JSONResponse(status, status_code=200 if status["status"] == "ok" else 503)
 
-    app.include_router(create_router(service, accounts))
+    @app.get("/models", tags=["health"], summary="The served model, in SGLang's /models shape")
+    def models() -> dict[str, Any]:
+        engine = service.engine  # 503 while loading
+        return {"model_path": service.model_name, "model_id": engine.model_id, "task_type": "T2VA",
+                "default_tier": default_tier or "baseline"}
+
+    app.include_router(create_router(service, accounts, default_tier))
     return app

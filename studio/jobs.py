@@ -1,7 +1,8 @@
-"""The job queue: one engine job at a time, a bounded backlog, live progress, cancellation.
+"""The job queue: a bounded backlog in front of one engine, live progress, cancellation.
 
-One worker thread takes jobs in submission order and runs ``engine.generate`` on each, so the engine never sees
-two requests at once and an HTTP or UI thread never waits on the engine. Every status change is persisted in
+Worker threads take jobs in submission order and run ``engine.generate`` on each. The in-process engine gets one
+worker, so it never sees two requests at once; a group of remote servers gets one worker per server. An HTTP or
+UI thread never waits on the engine. Every status change is persisted in
 the Store (queued → in_progress → completed | failed, with the error message); live progress is also kept in
 memory so status polls answer from a dict lookup and a database read, never from the engine.
 
@@ -95,27 +96,30 @@ class Reservation:
 
 
 class JobQueue:
-    """A single-worker queue in front of one engine.
+    """A queue of ``workers`` threads in front of one engine (1 for the in-process engine).
 
-    ``max_queued`` bounds the jobs waiting (the running one is not counted). ``on_start(video_id)`` and
+    ``max_queued`` bounds the jobs waiting (running ones are not counted). ``on_start(video_id)`` and
     ``on_finish(outcome)`` are called on the worker thread after the store was updated; their exceptions are
     logged and never stop the worker.
     """
 
     def __init__(self, engine: EngineLike, store: Store, max_queued: int = 8,
-                 on_start: Listener | None = None, on_finish: FinishListener | None = None):
-        if max_queued < 1:
-            raise ValueError("max_queued must be >= 1")
+                 on_start: Listener | None = None, on_finish: FinishListener | None = None,
+                 workers: int = 1, name: str = "engine"):
+        if max_queued < 1 or workers < 1:
+            raise ValueError("max_queued and workers must be >= 1")
         self.engine, self.store, self.max_queued = engine, store, max_queued
         self.on_start, self.on_finish = on_start, on_finish
         self._pending: deque[Job] = deque()
         self._jobs: dict[str, Job] = {}  # queued and running jobs by video id
         self._reserved = 0
-        self._running: Job | None = None
+        self._running: dict[str, Job] = {}  # by video id, in start order
         self._cond = threading.Condition()
         self._stopping = False
-        self._worker = threading.Thread(target=self._work, name="engine-worker", daemon=True)
-        self._worker.start()
+        self._workers = [threading.Thread(target=self._work, name=f"{name}-worker-{index}", daemon=True)
+                         for index in range(workers)]
+        for worker in self._workers:
+            worker.start()
 
     # ------------------------------------------------------------------------------------ submitting
 
@@ -169,7 +173,7 @@ class JobQueue:
     def position(self, video_id: str) -> int | None:
         """0 while running, 1.. while waiting (1 = next), None if not held."""
         with self._cond:
-            if self._running is not None and self._running.video_id == video_id:
+            if video_id in self._running:
                 return 0
             for index, job in enumerate(self._pending, start=1):
                 if job.video_id == video_id:
@@ -177,13 +181,17 @@ class JobQueue:
         return None
 
     def snapshot(self) -> dict[str, Any]:
-        """The running job, the waiting jobs in order and the limit (for the UI and /health)."""
+        """The running job (the oldest one when several run), the waiting jobs in order and the limit."""
         with self._cond:
-            return {
-                "running": self._running.video_id if self._running else None,
+            running = list(self._running)
+            snapshot = {
+                "running": running[0] if running else None,
                 "queued": [job.video_id for job in self._pending],
                 "max_queued": self.max_queued,
             }
+            if len(self._workers) > 1:
+                snapshot["running_all"], snapshot["workers"] = running, len(self._workers)
+            return snapshot
 
     # ------------------------------------------------------------------------------------ cancelling
 
@@ -195,7 +203,7 @@ class JobQueue:
             if job is None:
                 return None
             job.cancel_event.set()
-            if job is self._running:
+            if job.video_id in self._running:
                 return "in_progress"
             self._pending.remove(job)
             del self._jobs[video_id]
@@ -209,12 +217,14 @@ class JobQueue:
         with self._cond:
             self._stopping = True
             waiting = list(self._pending)
-            if self._running is not None:
-                self._running.cancel_event.set()
+            for job in self._running.values():
+                job.cancel_event.set()
             self._cond.notify_all()
         for job in waiting:
             self.cancel(job.video_id)
-        self._worker.join(timeout)
+        deadline = time.monotonic() + timeout
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
 
     # ---------------------------------------------------------------------------------------- worker
 
@@ -226,7 +236,7 @@ class JobQueue:
                 if self._stopping and not self._pending:
                     return
                 job = self._pending.popleft()
-                self._running = job
+                self._running[job.video_id] = job
                 job.state = "in_progress"
             try:
                 outcome = self._run(job)
@@ -234,7 +244,7 @@ class JobQueue:
                 log.exception("job %s crashed outside the engine", job.video_id)
                 outcome = JobOutcome(job.video_id, "failed", error=f"{type(error).__name__}: {error}")
             with self._cond:
-                self._running = None
+                self._running.pop(job.video_id, None)
                 self._jobs.pop(job.video_id, None)
                 job.state = outcome.status
             self._finish(outcome)

@@ -3,6 +3,7 @@
 It owns the data path from a request to an exported clip, and nothing of HTTP or Gradio:
 
     payload → validate (engine) → plan (tier config, canvas) → store records → job queue → clip → store
+              └─ a tier served by --remotes servers: its own job queue, one worker per server (studio/remote.py)
     pair: baseline + candidate → both completed → quality comparison → pair completed → verdicts → approval
           → export
 
@@ -14,6 +15,7 @@ wait for the engine, so they stay fast while a clip is being generated.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -31,10 +33,11 @@ from db.errors import Conflict, NotFound, StoreError
 from db.records import DECISIONS, REASONS, TERMINAL_STATUSES
 from engine.errors import RequestError
 from engine.plan import resolve_canvas
-from engine.request import ASPECT_RATIOS, GenerationRequest
+from engine.request import ASPECT_RATIOS, GenerationRequest, ModelLimits, validate_request
 from engine.tiers import TierPlan
 from studio.export import export_pairs
-from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull
+from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
+from studio.remote import RemotePool, RemoteUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +95,27 @@ class ServiceConfig:
 
 @dataclass(frozen=True)
 class PlannedRequest:
-    """A validated request plus what it will produce: the tier config its clip will carry and its canvas."""
+    """A validated request plus what it will produce: the tier config its clip will carry, its canvas (None
+    for a remote tier: the server's model decides it) and the engine that makes it."""
 
     request: GenerationRequest
     tier_config: dict[str, Any]
-    width: int
-    height: int
+    width: int | None
+    height: int | None
     seconds: float  # the clip's real duration (frames / 24), e.g. 5.166667 for 5 s
+    model_id: str
+    model_name: str
+    remote: bool = False  # True: the tier's --remotes servers make it, else the in-process engine
+
+    @property
+    def job_request(self) -> Any:
+        """What the job queue hands its engine: the request, or (request, tier config) for a remote tier."""
+        return (self.request, self.tier_config) if self.remote else self.request
 
     def record(self, **extra: Any) -> dict[str, Any]:
         """The request JSON stored with a video job (shown back by GET /v1/videos/{id})."""
         return {**self.request.to_dict(), "width": self.width, "height": self.height, "seconds": self.seconds,
-                **extra}
+                "engine": "remote" if self.remote else "local", **extra}
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,8 @@ class VideoView:
     request: dict[str, Any]
     tokens: int | None = None
     compiles: dict[str, Any] | None = None  # kernel compile keys this clip used, from its sidecar
+    engine: str = "local"  # "local", or "remote <name>" once a remote server made the clip
+    client_time_s: float | None = None  # remote clips: POST to downloaded MP4, as the studio measured it
 
     def as_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -190,8 +204,9 @@ class StudioService:
     """
 
     def __init__(self, store: Store, config: ServiceConfig, engine: Any | None = None,
-                 quality_loader: Callable[[], ModuleType | None] = load_quality):
+                 quality_loader: Callable[[], ModuleType | None] = load_quality, remotes: RemotePool | None = None):
         self.store, self.config = store, config
+        self.remotes = remotes
         self._quality_loader = quality_loader
         self._engine: Any | None = None
         self._queue: JobQueue | None = None
@@ -202,6 +217,10 @@ class StudioService:
         self._waiting: dict[str, set[str]] = {}  # in-flight video id → pair ids waiting for it
         self._inflight_baselines: dict[tuple, str] = {}  # baseline identity → queued/running video id
         self._quality_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quality")
+        self._remote_queues = {
+            tier: JobQueue(remotes.engine(tier), store, config.queue_size, on_start=self._video_started,
+                           on_finish=self._video_finished, workers=len(remotes.servers(tier)), name=f"remote-{tier}")
+            for tier in (remotes.tiers if remotes else ())}
         if engine is not None:
             self.attach_engine(engine)
 
@@ -273,6 +292,28 @@ class StudioService:
         assert self._queue is not None
         return self._queue
 
+    def _queue_of(self, planned: PlannedRequest) -> JobQueue:
+        return self._remote_queues[planned.request.tier] if planned.remote else self.queue
+
+    def _all_queues(self) -> list[JobQueue]:
+        return [q for q in (self._queue, *self._remote_queues.values()) if q is not None]
+
+    @contextlib.contextmanager
+    def _reserve(self, planned: list[PlannedRequest]) -> Iterator[Callable[[PlannedRequest, str], None]]:
+        """Reserve a slot for each planned job in its engine's queue (all or nothing: QueueFull otherwise) and
+        yield ``enqueue(planned, video_id)``."""
+        queues = [self._queue_of(p) for p in planned]
+        with contextlib.ExitStack() as stack:
+            reservations: dict[int, Reservation] = {}
+            for queue in queues:
+                if id(queue) not in reservations:
+                    reservations[id(queue)] = stack.enter_context(queue.reserve(sum(q is queue for q in queues)))
+
+            def enqueue(item: PlannedRequest, video_id: str) -> None:
+                reservations[id(self._queue_of(item))].enqueue(Job(video_id, item.job_request))
+
+            yield enqueue
+
     @property
     def model_name(self) -> str:
         return self.engine.components.name
@@ -289,17 +330,28 @@ class StudioService:
             if not self._loading:
                 return {"status": "unavailable", "error": "no engine attached to this service"}
             return {"status": "loading"}
-        return {"status": "ok", "model": self.model_name, "model_id": self._engine.model_id,
-                "queue": self._queue.snapshot() if self._queue else None,
-                "quality": "available" if self._quality_loader() else QUALITY_UNAVAILABLE}
+        health = {"status": "ok", "model": self.model_name, "model_id": self._engine.model_id,
+                  "queue": self._queue.snapshot() if self._queue else None,
+                  "quality": "available" if self._quality_loader() else QUALITY_UNAVAILABLE}
+        if self.remotes is not None:
+            health["remotes"] = self.remotes_status()
+        return health
+
+    def remotes_status(self) -> list[dict[str, Any]]:
+        """Every --remotes server: spec (no secret), health, model, jobs in flight, plus its tier's queue."""
+        if self.remotes is None:
+            return []
+        return [{**row, "queue": self._remote_queues[row["tier"]].snapshot()} for row in self.remotes.describe()]
 
     def close(self) -> None:
         """Stop the worker (cancelling what runs), finish metric work and close the store. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self._queue is not None:
-            self._queue.stop()
+        for queue in self._all_queues():
+            queue.stop()
+        if self.remotes is not None:
+            self.remotes.close()
         self._quality_pool.shutdown(wait=True)
         self.store.close()
 
@@ -310,7 +362,12 @@ class StudioService:
         techniques, description, config)."""
         if duration is not None:
             duration = self._check_duration(duration)
-        return self.engine.tiers.describe(duration)
+        rows = self.engine.tiers.describe(duration)
+        if self.remotes is None:
+            return rows
+        remote_rows = self.remotes.tier_rows()  # a tier served by remotes is served by them, not in-process
+        remote_names = {row["name"] for row in remote_rows}
+        return [row for row in rows if row["name"] not in remote_names] + remote_rows
 
     def options(self) -> dict[str, Any]:
         """What the inputs accept: durations, aspect ratios, default short edge, review decisions and reasons."""
@@ -332,22 +389,40 @@ class StudioService:
     # --------------------------------------------------------------------------------------- videos
 
     def plan(self, payload: dict[str, Any] | GenerationRequest) -> PlannedRequest:
-        """Validate a request (RequestError naming the field) and work out its tier config and canvas."""
+        """Validate a request (RequestError naming the field) and work out its tier config and canvas.
+
+        A tier that --remotes servers serve is planned for them (ServiceUnavailable when none is healthy)."""
         engine = self.engine
+        tier_name = payload.tier if isinstance(payload, GenerationRequest) else \
+            (payload.get("tier") if isinstance(payload, dict) else None)
+        if self.remotes is not None and self.remotes.serves(tier_name):
+            return self._plan_remote(payload)
         request = engine.validate(payload)
         tier = engine.tiers.get(request.tier)
         blocks = len(engine.components.transformer.transformer_blocks)
         tier_config = TierPlan(tier, request.steps or tier.steps, blocks).to_dict()
         canvas = resolve_canvas(engine.components.geometry, request.duration_seconds, request.aspect_ratio,
                                 request.short_edge)
-        return PlannedRequest(request, tier_config, canvas.width, canvas.height, canvas.duration_seconds)
+        return PlannedRequest(request, tier_config, canvas.width, canvas.height, canvas.duration_seconds,
+                              engine.model_id, self.model_name)
+
+    def _plan_remote(self, payload: dict[str, Any] | GenerationRequest) -> PlannedRequest:
+        """A remote tier's request: the common input rules with MiniMax-H3's limits (the server checks the
+        rest and its refusal fails the job with its message); canvas unknown until the MP4 is back."""
+        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, ModelLimits())
+        try:
+            model_name, model_id = self.remotes.model_identity(request.tier)
+        except RemoteUnavailable as error:
+            raise ServiceUnavailable(str(error)) from None
+        return PlannedRequest(request, self.remotes.tier_config(request.tier, request.steps), None, None,
+                              request.duration_seconds, model_id, model_name, remote=True)
 
     def submit_video(self, payload: dict[str, Any], source: str = "api") -> VideoRecord:
         """Validate and queue one clip; returns the queued record at once (QueueFull if the backlog is full)."""
         planned = self.plan(payload)
-        with self.queue.reserve(1) as reservation:
-            record = self.store.create_video(planned.record(source=source), planned.request.tier, self.model_name)
-            reservation.enqueue(Job(record.id, planned.request))
+        with self._reserve([planned]) as enqueue:
+            record = self.store.create_video(planned.record(source=source), planned.request.tier, planned.model_name)
+            enqueue(planned, record.id)
         return record
 
     def get_video(self, video_id: str) -> VideoView:
@@ -372,7 +447,7 @@ class StudioService:
         pairs waiting for it fail too.
         """
         record = self.store.get_video(video_id)
-        if record.status not in TERMINAL_STATUSES and self._queue is not None and self._queue.cancel(video_id):
+        if record.status not in TERMINAL_STATUSES and any(q.cancel(video_id) for q in self._all_queues()):
             return self.get_video(video_id)
         record = self.store.get_video(video_id)  # it may have finished meanwhile
         if record.status in TERMINAL_STATUSES:
@@ -390,7 +465,8 @@ class StudioService:
         return self.store.delete_video(video_id)
 
     def _video_view(self, record: VideoRecord) -> VideoView:
-        live = self._queue.progress(record.id) if self._queue else None
+        holder = next((q for q in self._all_queues() if q.progress(record.id) is not None), None)
+        live = holder.progress(record.id) if holder else None
         progress = record.progress
         if live is not None and record.status not in TERMINAL_STATUSES:
             progress = max(progress, live[1])
@@ -403,10 +479,13 @@ class StudioService:
             seconds=clip.duration_seconds if clip else request.get("seconds"),
             created_at=record.created_at, completed_at=record.completed_at, error=record.error,
             inference_time_s=record.inference_time_s, peak_memory_mb=record.peak_memory_mb,
-            queue_position=self._queue.position(record.id) if self._queue and live else None,
+            queue_position=holder.position(record.id) if holder else None,
             clip_sha=record.clip_sha, clip_path=clip.path if clip else None,
             timings=dict(clip.timings) if clip else {}, reused_clip="reused_clip" in request, request=request,
             tokens=clip.tokens if clip else None, compiles=clip.sidecar.get("compiles") if clip else None,
+            engine=f"remote {clip.sidecar['remote']['name']}" if clip and clip.sidecar.get("remote")
+            else request.get("engine", "local"),
+            client_time_s=clip.sidecar.get("client_time_s") if clip else None,
         )
 
     def _clip(self, sha: str | None) -> ClipRecord | None:
@@ -433,6 +512,9 @@ class StudioService:
         if candidate.tier_config == baseline.tier_config:
             raise RequestError("tier", "the candidate's configuration equals the baseline's; choose another tier "
                                        "or other steps")
+        if candidate.model_id != baseline.model_id:
+            raise RequestError("tier", f"the baseline would come from {_engine_label(baseline)} and the candidate "
+                                       f"from {_engine_label(candidate)}: a same-seed comparison needs one model")
         with self._lock:
             return self._create_pair(baseline, candidate)
 
@@ -440,27 +522,28 @@ class StudioService:
         """Records first, jobs last: a job may finish at once, and its pair must already be waiting for it."""
         identity = self._baseline_identity(baseline)
         shared_id = self._inflight_baselines.get(identity)
-        reusable = None if shared_id else self.store.find_clip(*identity)
+        # A remote clip's canvas is known only from its MP4, so only in-process baselines are looked up.
+        reusable = None if shared_id or baseline.remote else self.store.find_clip(*identity)
         request = candidate.request
         target = {"duration_seconds": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
                   "short_edge": request.short_edge}
-        with self.queue.reserve(1 if shared_id or reusable else 2) as reservation:
+        with self._reserve([candidate] if shared_id or reusable else [baseline, candidate]) as enqueue:
             pair = self.store.create_pair(request.prompt, request.seed, request.tier, candidate.tier_config, target,
-                                          self.engine.model_id)
+                                          candidate.model_id)
             try:
-                baseline_id, baseline_job = (shared_id, None) if shared_id else \
+                baseline_id, new_baseline = (shared_id, False) if shared_id else \
                     self._baseline_video(baseline, reusable, pair.id)
                 candidate_record = self.store.create_video(
-                    candidate.record(source="pair", pair_id=pair.id, role="candidate"), request.tier, self.model_name)
-                jobs = [job for job in (baseline_job, Job(candidate_record.id, request)) if job is not None]
+                    candidate.record(source="pair", pair_id=pair.id, role="candidate"), request.tier,
+                    candidate.model_name)
                 pair = self.store.set_pair_videos(pair.id, baseline_id, candidate_record.id)
                 for video_id in {baseline_id, candidate_record.id}:
                     if self.store.get_video(video_id).status not in TERMINAL_STATUSES:
                         self._waiting.setdefault(video_id, set()).add(pair.id)
-                if baseline_job is not None:
-                    self._inflight_baselines[identity] = baseline_job.video_id
-                for job in jobs:
-                    reservation.enqueue(job)
+                if new_baseline:
+                    self._inflight_baselines[identity] = baseline_id
+                    enqueue(baseline, baseline_id)
+                enqueue(candidate, candidate_record.id)
             except Exception as error:
                 self.store.update_pair(pair.id, status="failed", error=f"could not queue the pair: {error}")
                 raise
@@ -469,27 +552,26 @@ class StudioService:
     def _baseline_identity(self, baseline: PlannedRequest) -> tuple:
         """find_clip's arguments: what makes two baseline clips the same clip."""
         request = baseline.request
-        return (self.engine.model_id, request.prompt, request.seed, baseline.width, baseline.height,
+        return (baseline.model_id, request.prompt, request.seed, baseline.width, baseline.height,
                 request.duration_seconds, tier_config_hash(baseline.tier_config))
 
-    def _baseline_video(self, baseline: PlannedRequest, reusable: ClipRecord | None,
-                        pair_id: str) -> tuple[str, Job | None]:
-        """The baseline's video id and its job: a new job, or (no job) a completed record pointing at the
-        stored clip."""
+    def _baseline_video(self, baseline: PlannedRequest, reusable: ClipRecord | None, pair_id: str) -> tuple[str, bool]:
+        """The baseline's video id and whether it needs a job: a new record (True), or (False) a completed
+        record pointing at the stored clip."""
         request = baseline.request
         if reusable is None:
             record = self.store.create_video(baseline.record(source="pair", pair_id=pair_id, role="baseline"),
-                                             request.tier, self.model_name)
-            return record.id, Job(record.id, request)
+                                             request.tier, baseline.model_name)
+            return record.id, True
         record = self.store.create_video(
             baseline.record(source="pair", pair_id=pair_id, role="baseline", reused_clip=reusable.sha256),
-            request.tier, self.model_name)
+            request.tier, baseline.model_name)
         sidecar = reusable.sidecar
         # The reused clip keeps the timings of the run that made it: speed-ups compare real generations.
         self.store.update_video(record.id, status="completed", clip_sha=reusable.sha256,
                                 inference_time_s=sidecar.get("inference_time_s"),
                                 peak_memory_mb=sidecar.get("peak_memory_mb"))
-        return record.id, None
+        return record.id, False
 
     def get_pair(self, pair_id: str) -> PairView:
         """A pair with both clips, timings, speed-ups, cost, metrics and verdicts (NotFound naming pair_id)."""
@@ -518,8 +600,8 @@ class StudioService:
             mine = [v for v in (pair.candidate_video_id, pair.baseline_video_id)
                     if v and self._waiting.get(v, set()) <= {pair_id}]
         for video_id in mine:
-            if self._queue is not None:
-                self._queue.cancel(video_id)
+            for queue in self._all_queues():
+                queue.cancel(video_id)
         try:
             self.store.update_pair(pair_id, status="failed", error="cancelled by request")
         except Conflict:
@@ -732,6 +814,11 @@ def _renamed(work: Callable[[], PlannedRequest], renames: dict[str, str]) -> Pla
         if error.field in renames and renames[error.field] != error.field:
             raise RequestError(renames[error.field], error.message) from None
         raise
+
+
+def _engine_label(planned: PlannedRequest) -> str:
+    where = f"the remote servers of tier {planned.request.tier!r}" if planned.remote else "the in-process engine"
+    return f"{where} (model {planned.model_name}, id {planned.model_id[:16]})"
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -140,8 +140,10 @@ def _tier_rows(service: StudioService, duration: float) -> list[dict[str, Any]]:
 
 
 def _tier_label(row: dict[str, Any]) -> str:
-    label = f"{row['name']} — {row['steps']} steps · {', '.join(row['techniques'])} · {row['status']}"
-    return label if row["available"] else f"✗ {row['name']} — unavailable at this duration"
+    steps = f"{row['steps']} steps" if row["steps"] else "server's default steps"  # a remote tier may not say
+    label = f"{row['name']} — {steps} · {', '.join(row['techniques'])} · {row['status']}"
+    why = "no healthy server" if row["status"] == "remote" else "unavailable at this duration"
+    return label if row["available"] else f"✗ {row['name']} — {why}"
 
 
 def _tier_choices(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -324,8 +326,8 @@ def _step_plan(service: StudioService, view) -> dict[str, Any]:
     tiers = {row["name"]: row["steps"] for row in _tier_rows(service, view.target.get("duration_seconds", 5.0))}
     base_steps = 0
     if view.baseline and not view.baseline_reused:
-        base_steps = view.baseline.request.get("steps") or tiers.get("baseline", 50)
-    cand_steps = view.tier_config.get("steps") or tiers.get(view.tier, 1)
+        base_steps = view.baseline.request.get("steps") or tiers.get("baseline") or 50
+    cand_steps = view.tier_config.get("steps") or tiers.get(view.tier) or 1
     return {"baseline": base_steps, "candidate": cand_steps, "total": max(1, base_steps + cand_steps)}
 
 
