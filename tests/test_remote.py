@@ -1,0 +1,455 @@
+"""Remote engines (studio/remote.py): the remotes file, the SGLang /v1/videos client and the studio on top.
+
+Two kinds of servers on loopback:
+- real ones: this project's own ``app.py --no-ui`` on the nano model, launched per configuration with
+  ``--default-tier`` like ``sglang serve`` processes. They check a pair made by two different servers, load
+  balancing across two servers of one tier, and a server killed mid-job.
+- a scripted one (``ScriptedServer``, a real HTTP server on a thread) for what a healthy studio server never
+  does: failed jobs, refusals, a busy 429, a stuck job, content that is not an MP4, coming back after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+import app as studio_app
+from engine.errors import GenerationCancelled
+from engine.media import encode_mp4, probe_mp4
+from engine.request import validate_request
+from studio.api import create_app
+from studio.remote import RemoteError, RemotePool, RemotesFileError, load_remotes, parse_remotes
+from studio.service import ServiceUnavailable, StudioService
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 240
+TARGET = {"duration_seconds": 5, "aspect_ratio": "16:9", "short_edge": 32}
+TERMINAL = ("completed", "failed")
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(check, timeout_s: float = TIMEOUT_S, interval_s: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+# ------------------------------------------------------------------------------------- the remotes file
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "remotes.toml"
+    path.write_text(text)
+    return path
+
+
+def test_remotes_file_with_every_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("H3_TURBO_KEY", "s3cret")
+    specs = load_remotes(write(tmp_path, """
+[[remote]]
+name = "h3-base"
+url = "http://pod-a:30000/"
+tier = "baseline"
+
+[[remote]]
+name = "h3-turbo"
+url = "https://pod-b:30000"
+tier = "turbo"
+description = "9-step distilled LoRA"
+params = { lora_path = "/loras/turbo", lora_scale = 1.0 }
+api_key = "env:H3_TURBO_KEY"
+timeout_s = 600
+steps = 9
+extra_body = { flow_shift = 5.0 }
+"""))
+    base, turbo = specs
+    assert (base.name, base.url, base.tier, base.params, base.timeout_s) == ("h3-base", "http://pod-a:30000",
+                                                                             "baseline", {}, 1800.0)
+    assert turbo.api_key == "s3cret" and turbo.public()["api_key"] == "set"  # the secret never leaves
+    assert (turbo.steps, turbo.timeout_s, turbo.extra_body) == (9, 600.0, {"flow_shift": 5.0})
+    request = validate_request({"prompt": "p", "seed": 5, **TARGET})
+    body = RemotePool(specs).servers("turbo")[0].body(request)
+    assert body == {"flow_shift": 5.0, "prompt": "p", "seed": 5, "num_inference_steps": 10,
+                    "target": {"duration_seconds": 5.0, "aspect_ratio": "16:9", "short_edge": 32}}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "no [[remote]] tables"),
+    ("[[remote]]\nname = 'a'\ntier = 't'\n", "remote[0].url: is required"),
+    ("[[remote]]\nname = 'a'\nurl = 'ftp://x'\ntier = 't'\n", "remote[0].url: 'ftp://x' must be an http"),
+    ("[[remote]]\nname = 'a b'\nurl = 'http://x'\ntier = 't'\n", "remote[0].name: 'a b' must be letters"),
+    ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\nport = 1\n", "remote[0].port: unknown key"),
+    ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\ntimeout_s = 0\n", "remote[0].timeout_s: must be a positive"),
+    ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\nsteps = 0\n", "remote[0].steps: must be an integer"),
+    ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\napi_key = 'env:H3_NOT_SET_ANYWHERE'\n",
+     "environment variable 'H3_NOT_SET_ANYWHERE' is not set"),
+    ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\nextra_body = { seed = 1 }\n",
+     "remote[0].extra_body.seed: the studio sets this field"),
+    ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\n[[remote]]\nname = 'a'\nurl = 'http://y'\ntier = 't'\n",
+     "remote name 'a' is used twice"),
+    ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\n[[remote]]\nname = 'b'\nurl = 'http://y'\ntier = 't'\n"
+     "params = { lora = 'other' }\n", "'a' and 'b' both serve tier 't' but with different params"),
+    ("[remote\n", "not valid TOML"),
+    ("[server]\nname = 'a'\n", "unknown top-level key 'server'"),
+])
+def test_remotes_file_errors_name_the_problem(tmp_path, text, message):
+    with pytest.raises(RemotesFileError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        load_remotes(write(tmp_path, text))
+
+
+def test_app_refuses_a_bad_remotes_file(tmp_path, capsys):
+    assert studio_app.main(["--remotes", str(write(tmp_path, "[[remote]]\nname = 'a'\n"))]) == 2
+    assert "remote[0].url: is required" in capsys.readouterr().err
+    assert studio_app.main(["--remotes", str(tmp_path / "missing.toml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------- the scripted server
+
+
+def tiny_mp4() -> bytes:
+    frames = np.zeros((3, 32, 64, 3), np.uint8)
+    frames[:, :, :32] = 200
+    return encode_mp4(frames, 24)
+
+
+class ScriptedServer:
+    """An SGLang-protocol server on a thread whose answers a test scripts.
+
+    ``script`` keys: health (status code), post (list of (status, body) answered in turn, the last repeated),
+    final (the job's last status object), polls_before_final, content (bytes).
+    """
+
+    def __init__(self, port: int | None = None, **script: Any):
+        self.port = port or free_port()
+        self.script = {"health": 200, "post": [(200, {"id": "vid_1", "status": "queued"})],
+                       "final": {"status": "completed", "progress": 100, "inference_time_s": 2.5,
+                                 "model": "stub-h3"},
+                       "polls_before_final": 2, "content": tiny_mp4(), **script}
+        self.requests: list[tuple[str, str, dict, Any]] = []
+        self.polls = 0
+        self._server: ThreadingHTTPServer | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        handler = type("Handler", (_ScriptedHandler,), {"owner": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def answer(self, method: str, path: str, headers: dict, body: Any) -> tuple[int, Any]:
+        self.requests.append((method, path, headers, body))
+        if path == "/health":
+            return self.script["health"], {"status": "ok" if self.script["health"] == 200 else "loading"}
+        if path == "/models":
+            return 200, {"model_path": "stub-h3"}
+        if method == "POST" and path == "/v1/videos":
+            answers = self.script["post"]
+            return answers.pop(0) if len(answers) > 1 else answers[0]
+        if method == "DELETE":
+            return 200, {"id": path.rsplit("/", 1)[-1], "status": "deleted"}
+        if path.endswith("/content"):
+            return 200, self.script["content"]
+        if path.startswith("/v1/videos/"):
+            self.polls += 1
+            if self.polls <= self.script["polls_before_final"]:
+                return 200, {"id": "vid_1", "status": "in_progress", "progress": 40}
+            return 200, {"id": "vid_1", **self.script["final"]}
+        return 404, {"detail": "Not Found"}
+
+
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    owner: ScriptedServer
+
+    def log_message(self, *args):  # keep the test output clean
+        pass
+
+    def _serve(self, method: str) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        status, body = self.owner.answer(method, self.path, dict(self.headers), json.loads(raw) if raw else None)
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "video/mp4" if isinstance(body, bytes) else "application/json")
+        self.send_header("content-length", str(len(data)))
+        if status == 429:
+            self.send_header("retry-after", "0.2")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        self._serve("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._serve("POST")
+
+    def do_DELETE(self):  # noqa: N802
+        self._serve("DELETE")
+
+
+@pytest.fixture
+def scripted(request):
+    servers: list[ScriptedServer] = []
+
+    def make(**script: Any) -> tuple[ScriptedServer, Any]:
+        server = ScriptedServer(**script)
+        servers.append(server)
+        spec = {"name": "stub", "url": server.url, "tier": "turbo", "api_key": "k3y", "timeout_s": 30,
+                **script.pop("spec", {})}
+        pool = RemotePool(parse_remotes({"remote": [spec]}), retry_s=0.3, poll_s=0.02)
+        request.addfinalizer(pool.close)
+        return server, pool
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def run_one(pool: RemotePool, cancel=None, progress: list | None = None):
+    request = validate_request({"prompt": "a kite", "seed": 9, "tier": "turbo", **TARGET})
+    return pool.engine("turbo").generate((request, pool.tier_config("turbo", None)),
+                                         on_step=progress.append if progress is not None else None, cancel=cancel)
+
+
+def test_client_speaks_the_protocol_and_records_both_times(scripted):
+    server, pool = scripted()
+    progress: list = []
+    clip = run_one(pool, progress=progress)
+    methods = [(m, p) for m, p, _, _ in server.requests]
+    assert methods[0] == ("POST", "/v1/videos") and methods[-1] == ("GET", "/v1/videos/vid_1/content")
+    post_headers, post_body = server.requests[0][2], server.requests[0][3]
+    assert post_headers["Authorization"] == "Bearer k3y"
+    assert post_body["seed"] == 9 and post_body["target"]["short_edge"] == 32 and "num_inference_steps" not in post_body
+    assert progress and progress[0].index == 39 and progress[0].total == 100
+    sidecar = clip.sidecar()
+    assert clip.inference_time_s == 2.5 and sidecar["inference_time_source"] == "server"
+    assert sidecar["client_time_s"] > 0 and sidecar["remote"]["video_id"] == "vid_1"
+    assert (sidecar["width"], sidecar["height"], sidecar["frames"]) == (64, 32, 3)
+    assert clip.mp4 == server.script["content"]
+
+
+@pytest.mark.parametrize("script, message", [
+    ({"final": {"status": "failed", "error": {"message": "CUDA out of memory"}}},
+     "remote 'stub' .* failed video vid_1: CUDA out of memory"),
+    ({"post": [(400, {"error": {"message": "must be in 5..15 seconds", "field": "target.duration_seconds"}})]},
+     r"refused the request \(400\): target.duration_seconds: must be in 5..15"),
+    ({"content": b"<html>502 Bad Gateway</html>"}, "returned content for video vid_1 that is not a valid MP4"),
+    ({"content": b"\x00\x00\x00\x18ftypisom" + b"\x00" * 64}, "is not a valid MP4: "),
+    ({"polls_before_final": 10**9, "spec": {"timeout_s": 0.5}}, "did not finish video vid_1 within its timeout"),
+])
+def test_failures_end_the_job_with_a_message_naming_the_server(scripted, script, message):
+    server, pool = scripted(**script)
+    with pytest.raises(RemoteError, match=message):
+        run_one(pool)
+    if "polls_before_final" in script:
+        assert ("DELETE", "/v1/videos/vid_1") in [(m, p) for m, p, _, _ in server.requests]  # GPUs freed
+
+
+def test_busy_server_is_asked_again_and_cancel_deletes_the_job(scripted):
+    server, pool = scripted(post=[(429, {"error": {"message": "queue full"}}), (200, {"id": "vid_1", "status": "queued"})])
+    assert run_one(pool).inference_time_s == 2.5
+    assert [p for m, p, _, _ in server.requests if m == "POST"] == ["/v1/videos", "/v1/videos"]
+
+    server, pool = scripted(polls_before_final=10**9)
+    with pytest.raises(GenerationCancelled):
+        run_one(pool, cancel=lambda: server.polls >= 2)
+    assert ("DELETE", "/v1/videos/vid_1") in [(m, p) for m, p, _, _ in server.requests]
+
+
+def test_unreachable_server_is_unhealthy_then_retried(scripted):
+    server, pool = scripted()
+    pool.start()
+    wait_until(lambda: pool.describe()[0]["health"] == "healthy", 10, what="first probe")
+    assert pool.describe()[0]["model"] == "stub-h3"
+    server.stop()
+    with pytest.raises(RemoteError, match="no healthy remote serves tier 'turbo'|is unreachable"):
+        run_one(pool)
+    row = wait_until(lambda: pool.describe()[0]["health"] == "unhealthy" and pool.describe()[0], 10, what="unhealthy")
+    assert "unreachable" in row["error"]
+    assert not pool.tier_rows()[0]["available"] and "no healthy server" in pool.tier_rows()[0]["reason"]
+    server.start()  # same port: the prober finds it again
+    wait_until(lambda: pool.describe()[0]["health"] == "healthy", 10, what="recovery")
+    assert run_one(pool).inference_time_s == 2.5
+
+
+# ------------------------------------------------------------------------------- real studio servers
+
+
+class StudioServer:
+    """``python app.py --no-ui`` on the nano model, serving one tier by default."""
+
+    def __init__(self, name: str, tier: str, data_dir: Path):
+        self.name, self.tier, self.port = name, tier, free_port()
+        self.log_path = data_dir / f"{name}.log"
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(ROOT / "app.py"), "--no-ui", "--port", str(self.port), "--data-dir",
+                 str(data_dir / name), "--default-tier", tier], cwd=ROOT, env=env, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"{self.name} exited ({self.process.returncode}):\n{self.log_path.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"{self.url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def jobs(self) -> list[dict]:
+        return httpx.get(f"{self.url}/v1/videos", params={"limit": 100}, timeout=10).json()["data"]
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """Four real servers, started together: a baseline, two turbo (one tier, load-balanced) and one to kill."""
+    data_dir = tmp_path_factory.mktemp("remotes")
+    started = {name: StudioServer(name, tier, data_dir) for name, tier in
+               (("base", "baseline"), ("turbo-a", "turbo"), ("turbo-b", "turbo"), ("victim", "baseline"))}
+    try:
+        wait_until(lambda: all(s.ready() for s in started.values()), TIMEOUT_S, 0.5, "the servers to load")
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def studio(servers, nano_engine, tmp_path_factory):
+    """A studio with its own in-process nano engine plus the four servers as remotes."""
+    specs = parse_remotes({"remote": [
+        {"name": "base", "url": servers["base"].url, "tier": "baseline", "params": {"flags": "--num-gpus 4"}},
+        {"name": "turbo-a", "url": servers["turbo-a"].url, "tier": "turbo", "params": {"lora": "turbo"}},
+        {"name": "turbo-b", "url": servers["turbo-b"].url, "tier": "turbo", "params": {"lora": "turbo"}},
+        {"name": "victim", "url": servers["victim"].url, "tier": "slow"},
+    ]})
+    pool = RemotePool(specs, retry_s=1.0, poll_s=0.05)
+    service = StudioService.open(tmp_path_factory.mktemp("studio"), engine=nano_engine, queue_size=8,
+                                 quality_loader=lambda: None, remotes=pool)
+    pool.start()
+    yield service
+    service.close()
+
+
+def finished_video(service: StudioService, video_id: str):
+    return wait_until(lambda: (v := service.get_video(video_id)).status in TERMINAL and v, what=f"video {video_id}")
+
+
+def finished_pair(service: StudioService, pair_id: str):
+    return wait_until(lambda: (p := service.get_pair(pair_id)).status in TERMINAL and p, what=f"pair {pair_id}")
+
+
+def test_pair_takes_its_clips_from_two_different_remotes(studio, servers, nano_engine):
+    pair = studio.submit_pair({"prompt": "a red kite over a beach", "seed": 21, "tier": "turbo", "target": TARGET})
+    view = finished_pair(studio, pair.id)
+    assert view.status == "completed", view.error
+    assert view.baseline.engine == "remote base" and view.candidate.engine.startswith("remote turbo-")
+    assert view.tier_config["engine"] == "remote" and view.tier_config["params"] == {"lora": "turbo"}
+
+    # Each clip's inference_time_s is what its server reported; the studio's own time is kept beside it.
+    for video, server in ((view.baseline, servers["base"]), (view.candidate, servers[view.candidate.engine[7:]])):
+        remote_id = studio.store.get_clip(video.clip_sha).sidecar["remote"]["video_id"]
+        reported = next(job for job in server.jobs() if job["id"] == remote_id)
+        assert video.inference_time_s == pytest.approx(reported["inference_time_s"])
+        assert video.client_time_s >= video.inference_time_s
+        assert probe_mp4(str(video.clip_path)).video_codec == "h264"
+    assert view.speedup == pytest.approx(view.baseline.inference_time_s / view.candidate.inference_time_s)
+
+    # Same model, same seed: the remote baseline is byte for byte the clip the in-process engine makes.
+    local = nano_engine.generate({"prompt": "a red kite over a beach", "seed": 21, "tier": "baseline", **TARGET})
+    assert Path(view.baseline.clip_path).read_bytes() == local.mp4
+
+    # Reviewable like any pair: REST shows the remotes, and a verdict lands.
+    client = TestClient(create_app(studio, close_on_shutdown=False))
+    remotes = {row["name"]: row for row in client.get("/v1/remotes").json()["data"]}
+    assert remotes["base"]["health"] == "healthy" and remotes["base"]["model"] == "h3-nano"
+    assert "api_key" in remotes["base"] and client.get("/health").json()["remotes"]
+    tiers = {row["name"]: row for row in client.get("/v1/tiers").json()["data"]}
+    assert tiers["turbo"]["status"] == "remote" and tiers["turbo"]["available"]
+    assert studio.add_verdict(pair.id, "ana", "accept").decision == "accept"
+
+
+def test_jobs_of_one_tier_go_to_the_least_busy_server(studio, servers):
+    before = {name: len(servers[name].jobs()) for name in ("turbo-a", "turbo-b")}
+    records = [studio.submit_video({"prompt": f"clip {i}", "seed": i, "tier": "turbo", **TARGET}) for i in range(4)]
+    views = [finished_video(studio, record.id) for record in records]
+    assert all(v.status == "completed" for v in views), [v.error for v in views]
+    used = sorted(v.engine for v in views)
+    assert used == ["remote turbo-a"] * 2 + ["remote turbo-b"] * 2
+    after = {name: len(servers[name].jobs()) for name in ("turbo-a", "turbo-b")}
+    assert {name: after[name] - before[name] for name in after} == {"turbo-a": 2, "turbo-b": 2}
+
+
+def test_server_killed_mid_job_fails_the_job_and_the_studio_keeps_serving(studio, servers):
+    kept = studio.submit_pair({"prompt": "kept pair", "seed": 5, "tier": "turbo", "target": TARGET})
+    assert finished_pair(studio, kept.id).status == "completed"
+
+    # A long job on the victim: 100 steps on a bigger canvas; kill its server once it is denoising.
+    record = studio.submit_video({"prompt": "long clip", "seed": 1, "tier": "slow", "steps": 100,
+                                  "duration_seconds": 15, "aspect_ratio": "16:9", "short_edge": 256})
+    wait_until(lambda: any(job["status"] == "in_progress" for job in servers["victim"].jobs()),
+               what="the victim to start denoising")
+    servers["victim"].kill()
+    view = finished_video(studio, record.id)
+    assert view.status == "failed"
+    assert "remote 'victim'" in view.error and "became unreachable while generating" in view.error
+
+    # The studio serves on: health, the stored pair and its clips, new jobs on the other servers.
+    assert studio.health()["status"] == "ok"
+    victim = next(row for row in studio.remotes_status() if row["name"] == "victim")
+    assert victim["health"] == "unhealthy" and victim["busy"] == 0
+    with pytest.raises(ServiceUnavailable, match="no healthy remote serves tier 'slow'"):
+        studio.submit_video({"prompt": "x", "tier": "slow", **TARGET})
+    stored = studio.get_pair(kept.id)
+    assert stored.status == "completed" and Path(stored.candidate.clip_path).is_file()
+    assert studio.add_verdict(kept.id, "ben", "reject", ["ghosting"]).decision == "reject"
+    again = studio.submit_video({"prompt": "after the crash", "seed": 2, "tier": "turbo", **TARGET})
+    assert finished_video(studio, again.id).status == "completed"
