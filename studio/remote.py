@@ -59,6 +59,10 @@ class RemoteUnavailable(RemoteError):
     """No healthy server serves the tier right now."""
 
 
+class RemoteUnreachable(RemoteError):
+    """The server could not be reached when the job was posted: it never accepted the job."""
+
+
 # ------------------------------------------------------------------------------------------- the file
 
 
@@ -338,7 +342,7 @@ class RemoteServer:
                 response = self.http.post("/v1/videos", json=body)
             except httpx.HTTPError as error:
                 self._mark(False, f"unreachable: {_describe(error)}")
-                raise RemoteError(f"{self.label} is unreachable: {_describe(error)}") from None
+                raise RemoteUnreachable(f"{self.label} is unreachable: {_describe(error)}") from None
             if response.status_code in (200, 201, 202):
                 return _json_or_empty(response)
             if response.status_code not in (429, 503):
@@ -484,11 +488,8 @@ class RemoteTier:
             server = self.pool.acquire(self.tier, exclude=tried)
             try:
                 return server.generate(request, tier_config, on_step, cancel)
-            except RemoteError as error:
-                if server.health.ok is False and "is unreachable" in str(error):
-                    tried.append(server.spec.name)
-                    continue  # never accepted the job: another server of the tier may take it
-                raise
+            except RemoteUnreachable:
+                tried.append(server.spec.name)  # it never accepted the job: another server of the tier may
             finally:
                 self.pool.release(server)
 

@@ -391,6 +391,10 @@ def timing_rows(view) -> list[list[Any]]:
             rows.append(_timing_row(stage, base.get(stage), cand.get(stage)))
     rows.append(_timing_row("inference (encode → decode)", view.baseline and view.baseline.inference_time_s,
                             view.candidate and view.candidate.inference_time_s))
+    base_client = view.baseline and view.baseline.client_time_s
+    cand_client = view.candidate and view.candidate.client_time_s
+    if base_client or cand_client:  # a remote clip: the server's inference time above, the studio's wait here
+        rows.append(_timing_row("remote: studio's POST → MP4", base_client, cand_client))
     return rows
 
 
@@ -404,7 +408,7 @@ def pair_summary_html(view, service: StudioService | None) -> str:
     """Speed-ups, $ per clip at the pod rate, reuse of the baseline, status: one panel."""
     rate = service.config.pod_rate_usd_per_hour if service else None
     head = (f"<b>Pair</b> <code>{view.id}</code> · {html.escape(view.status)} · tier <b>{html.escape(view.tier)}</b>"
-            f" ({view.tier_config.get('steps')} steps) · seed {view.seed} · "
+            f" ({view.tier_config.get('steps') or 'server-default'} steps) · seed {view.seed} · "
             f"{view.target.get('duration_seconds')} s {html.escape(str(view.target.get('aspect_ratio')))}"
             f"{_canvas(view)}")
     lines = [head]
@@ -414,6 +418,11 @@ def pair_summary_html(view, service: StudioService | None) -> str:
                      f"baseline config) was not generated again; its timings are those of the run that made it.")
     if view.status not in ("completed", "failed"):
         return "<div class='h3-panel'>" + "<br>".join(lines) + "</div>"  # timings exist once both clips do
+    engines = {role: video.engine for role, video in (("baseline", view.baseline), ("candidate", view.candidate))
+               if video is not None}
+    if any(engine != "local" for engine in engines.values()):
+        lines.append("<b>Made by</b> " + " · ".join(f"{role}: {html.escape(engine)}" for role, engine in engines.items())
+                     + " (speed-ups use each server's own inference_time_s)")
     speed = f"{view.speedup:.2f}×" if view.speedup else "—"
     denoise = f"{view.denoise_speedup:.2f}×" if view.denoise_speedup else "—"
     lines.append(f"<b>Speed-up</b> {speed} end to end (inference) · {denoise} denoise stage")

@@ -304,6 +304,21 @@ def test_unreachable_server_is_unhealthy_then_retried(scripted):
     assert run_one(pool).inference_time_s == 2.5
 
 
+def test_a_job_posted_to_a_dead_server_goes_to_another_of_its_tier():
+    dead, alive = ScriptedServer(), ScriptedServer()
+    dead.stop()
+    pool = RemotePool(parse_remotes({"remote": [{"name": name, "url": server.url, "tier": "turbo"}
+                                                for name, server in (("dead", dead), ("alive", alive))]}), poll_s=0.02)
+    try:
+        clip = run_one(pool)  # neither probed yet: "dead" is tried first, fails to connect, "alive" takes the job
+        assert clip.sidecar()["remote"]["name"] == "alive"
+        assert {row["name"]: row["health"] for row in pool.describe()} == {"dead": "unhealthy", "alive": "unknown"}
+        assert all(row["busy"] == 0 for row in pool.describe())
+    finally:
+        pool.close()
+        alive.stop()
+
+
 # ------------------------------------------------------------------------------- real studio servers
 
 
