@@ -129,6 +129,25 @@ def test_app_refuses_a_bad_remotes_file(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
+def test_app_wires_remotes_into_rest(tmp_path):
+    server = ScriptedServer()
+    try:
+        path = write(tmp_path, f"[[remote]]\nname = 'pod-a'\nurl = '{server.url}'\ntier = 'turbo'\n")
+        args = studio_app.parse_args(["--no-ui", "--data-dir", str(tmp_path / "data"), "--remotes", str(path)])
+        with TestClient(studio_app.build_app(args, remotes=load_remotes(path))) as client:
+            row = wait_until(lambda: (r := client.get("/v1/remotes").json()["data"][0])["health"] == "healthy" and r,
+                             30, what="the prober")
+            assert (row["name"], row["tier"], row["model"]) == ("pod-a", "turbo", "stub-h3")
+            wait_until(lambda: client.get("/health").status_code == 200, 120, 0.2, "the nano engine")
+            tiers = {t["name"]: t for t in client.get("/v1/tiers").json()["data"]}
+            assert tiers["turbo"]["status"] == "remote" and tiers["baseline"]["status"] != "remote"
+            # A pair of an in-process nano baseline and a stub-h3 candidate would compare two models: refused.
+            refused = client.post("/v1/pairs", json={"prompt": "p", "tier": "turbo", "target": TARGET})
+            assert refused.status_code == 400 and "needs one model" in refused.json()["error"]["message"]
+    finally:
+        server.stop()
+
+
 # ------------------------------------------------------------------------------- the scripted server
 
 
