@@ -122,8 +122,12 @@ def _status_html(service: StudioService) -> str:
         queue = health.get("queue") or {}
         running = "a clip is being generated" if queue.get("running") else "idle"
         waiting = len(queue.get("queued") or [])
+        remotes = health.get("remotes")
+        servers = "" if not remotes else \
+            f" · remote servers: {sum(r['health'] == 'healthy' for r in remotes)} of {len(remotes)} healthy"
         return (f"<span class='h3-badge'>engine ready</span> {html.escape(str(health.get('model')))} · {running}"
-                f" · {waiting} waiting (max {queue.get('max_queued')}) · quality: {html.escape(str(health.get('quality')))}")
+                f" · {waiting} waiting (max {queue.get('max_queued')}) · quality: {html.escape(str(health.get('quality')))}"
+                f"{servers}")
     if state == "loading":
         return "<span class='h3-warn'>engine loading…</span> reads work now; generating waits until it is ready"
     return f"<span class='h3-warn'>engine unavailable</span> {html.escape(str(health.get('error', '')))}"
@@ -140,8 +144,7 @@ def _tier_rows(service: StudioService, duration: float) -> list[dict[str, Any]]:
 
 
 def _tier_label(row: dict[str, Any]) -> str:
-    steps = f"{row['steps']} steps" if row["steps"] else "server's default steps"  # a remote tier may not say
-    label = f"{row['name']} — {steps} · {', '.join(row['techniques'])} · {row['status']}"
+    label = f"{row['name']} — {_steps_text(row)} · {', '.join(row['techniques'])} · {row['status']}"
     why = "no healthy server" if row["status"] == "remote" else "unavailable at this duration"
     return label if row["available"] else f"✗ {row['name']} — {why}"
 
@@ -152,6 +155,18 @@ def _tier_choices(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(_tier_label(r), r["name"]) for r in sorted(rows, key=lambda r: not r["available"])]
 
 
+def _steps_text(row: dict[str, Any]) -> str:
+    return f"{row['steps']} steps" if row["steps"] else "server's default steps"  # a remote tier may not say
+
+
+def _servers_html(row: dict[str, Any]) -> str:
+    """A remote tier's servers: health, jobs in flight, last error."""
+    lines = [f"{html.escape(r['name'])} <code>{html.escape(r['url'])}</code>: {html.escape(r['health'])}, "
+             f"{r['busy']} in flight" + (f" · <small>{html.escape(r['error'])}</small>" if r.get("error") else "")
+             for r in row.get("remotes", [])]
+    return "<br>servers: " + "<br>".join(lines) if lines else ""
+
+
 def _tier_card(rows: list[dict[str, Any]], name: str | None, duration: float) -> str:
     """The chosen tier in full, then every tier's availability at this duration with the reason when not."""
     if not rows:
@@ -160,15 +175,16 @@ def _tier_card(rows: list[dict[str, Any]], name: str | None, duration: float) ->
     card = ""
     if chosen:
         state = ("<span class='h3-badge'>available</span>" if chosen["available"] else
-                 f"<span class='h3-warn'>unavailable at {duration:g} s</span> {html.escape(chosen['reason'])}")
-        card = (f"<div class='h3-panel'><b>{html.escape(chosen['name'])}</b> · {chosen['steps']} steps · "
+                 f"<span class='h3-warn'>unavailable{'' if chosen['status'] == 'remote' else f' at {duration:g} s'}"
+                 f"</span> {html.escape(chosen['reason'])}")
+        card = (f"<div class='h3-panel'><b>{html.escape(chosen['name'])}</b> · {_steps_text(chosen)} · "
                 f"{html.escape(chosen['status'])}<br>{html.escape(chosen['description'])}<br>techniques: "
-                f"{html.escape(', '.join(chosen['techniques']))}<br>{state}</div>")
+                f"{html.escape(', '.join(chosen['techniques']))}<br>{state}{_servers_html(chosen)}</div>")
     lines = []
     for row in rows:
         mark = "yes" if row["available"] else "<span class='h3-fail'>no</span>"
         why = "" if row["available"] else f"<tr><td></td><td colspan='3'><small>{html.escape(row['reason'])}</small></td></tr>"
-        lines.append(f"<tr><td><b>{html.escape(row['name'])}</b></td><td>{row['steps']}</td>"
+        lines.append(f"<tr><td><b>{html.escape(row['name'])}</b></td><td>{row['steps'] or 'server'}</td>"
                      f"<td>{html.escape(row['status'])}</td><td>{mark}</td></tr>{why}")
     return (f"{card}<p><b>Availability at {duration:g} s</b></p><table class='h3-table'><tr><th>tier</th>"
             f"<th>steps</th><th>status</th><th>available</th></tr>{''.join(lines)}</table>")
