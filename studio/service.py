@@ -394,7 +394,7 @@ class StudioService:
         A tier that --remotes servers serve is planned for them (ServiceUnavailable when none is healthy)."""
         engine = self.engine
         tier_name = payload.tier if isinstance(payload, GenerationRequest) else \
-            (payload.get("tier") if isinstance(payload, dict) else None)
+            (payload.get("tier", BASELINE_TIER) if isinstance(payload, dict) else None)
         if self.remotes is not None and self.remotes.serves(tier_name):
             return self._plan_remote(payload)
         request = engine.validate(payload)
