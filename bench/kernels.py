@@ -27,6 +27,17 @@ C, H, D, FFN, TEMB = 5376, 56, 128, 14336, 2688
 TEXT = 50
 LAYOUTS = {37760: 414, 104016: 1150}  # rows -> audio rows (h3-facts section 2)
 
+# Sweep grids (37,760 rows). tests/test_kernels_gpu.py checks every config here on the GPU, so a sweep winner is
+# only ever one that the same device run has tested.
+QK_CONFIGS = [("rows", 32, 1, False, 8), ("token", 4, 1, False, 8), ("token", 2, 1, False, 8),
+              ("token", 1, 1, False, 8), ("token", 1, 1, True, 8), ("token", 2, 1, True, 8),
+              ("token", 2, 2, False, 8), ("token", 2, 2, False, 16), ("token", 4, 2, False, 16),
+              ("token", 1, 1, False, 4)]
+# (impl, num_warps, num_stages, kv_tiles)
+ATTN_CONFIGS = [(1, 4, 3, 1), (2, 4, 3, 1), (3, 4, 2, 1), (3, 4, 3, 1), (3, 8, 2, 1), (3, 8, 3, 1)]
+POOL_CONFIGS = [(8, 4, 8), (4, 4, 4), (8, 2, 4), (4, 8, 8), (16, 2, 8)]  # (HB, RB, num_warps)
+TOPK_CONFIGS = [(1, 4), (1, 2), (1, 1), (2, 2), (4, 4)]  # (ROWS, num_warps)
+
 RESULTS: dict = {}
 LOG: list[str] = []
 
@@ -183,18 +194,23 @@ def bench_qk_norm_rope(S):
 
     comp = compiled(eager)
     r = {"eager_ms": timed(eager), "compile_ms": timed(comp)}
-    sweep = {}
-    cfgs = [("rows", 32, 8), ("rows", 16, 4), ("rows", 64, 8), ("token", 1, 8), ("token", 1, 4), ("token", 2, 8),
-            ("token", 4, 8)]
+    sweep, named = {}, {}
+    # (variant, BLOCK, T, QK, num_warps); QK_CONFIGS is also what tests/test_kernels_gpu.py checks for correctness
+    cfgs = QK_CONFIGS
     if S != 37760:
-        cfgs = [(qr.CONFIG["variant"], qr.CONFIG["BLOCK"], qr.CONFIG["num_warps"])]
-    for var, blk, nw in cfgs:
-        qr.CONFIG.update(variant=var, BLOCK=blk, num_warps=nw)
-        sweep[f"variant={var},BLOCK={blk},num_warps={nw}"] = timed(
-            lambda: qr.qk_norm_rope(q, k, nq.weight, nk.weight, 1e-5, cos, sin))
+        c = qr.CONFIG
+        cfgs = [(c["variant"], c["BLOCK"], c.get("T", 1), c.get("QK", False), c["num_warps"])]
+    for var, blk, t, qk, nw in cfgs:
+        qr.CONFIG.update(variant=var, BLOCK=blk, T=t, QK=qk, num_warps=nw)
+        name = f"variant={var},BLOCK={blk},T={t},QK={int(qk)},num_warps={nw}"
+        named[name] = (var, blk, t, qk, nw)
+        try:
+            sweep[name] = timed(lambda: qr.qk_norm_rope(q, k, nq.weight, nk.weight, 1e-5, cos, sin))
+        except Exception as exc:
+            log(f"(b) {name} failed: {type(exc).__name__}: {str(exc)[:200]}")
     best = min(sweep, key=sweep.get)
-    var, blk, nw = (p.split("=")[1] for p in best.split(","))
-    qr.CONFIG.update(variant=var, BLOCK=int(blk), num_warps=int(nw))
+    var, blk, t, qk, nw = named[best]
+    qr.CONFIG.update(variant=var, BLOCK=blk, T=t, QK=qk, num_warps=nw)
     floor = (4 * q.numel() * 2 + 2 * cos.numel() * 4) / (RESULTS["ceilings"]["copy_GBps"] * 1e9) * 1e3
     r.update(triton_ms=sweep[best], sweep=sweep, best=best, floor_ms=floor, pct_of_floor=floor / sweep[best],
              speedup_vs_compile=r["compile_ms"] / sweep[best], speedup_vs_eager=r["eager_ms"] / sweep[best])
@@ -262,42 +278,51 @@ def bench_sparse(S, keep=0.1, sweep_configs=True):
     ti = bsa.select_tiles(q, k, video_start, S, keep)
     r = {"bucket": bucket, "video_start": video_start, "keep": keep, "k_keep": ti.shape[-1],
          "n_video_tiles": ti.shape[2]}
-    r["select_ms"] = timed(lambda: bsa.select_tiles(q, k, video_start, S, keep))
-    # selection breakdown: pooling kernel, score product, top-k, sort
+    r["select_ms_default_configs"] = timed(lambda: bsa.select_tiles(q, k, video_start, S, keep))
+    # selection breakdown: pooling kernel, score product, top-k (kernel applies the scale), torch top-k + sort
+    n_keep = ti.shape[-1]
+    scale = 1.0 / math.sqrt(D)
     qm, km = bsa._tile_means_triton(q, k, video_start, S, 64)
     sc = torch.matmul(qm, km.transpose(-1, -2))
-    tk = torch.topk(sc, ti.shape[-1], dim=-1, sorted=False).indices
+    tk = torch.topk(sc, n_keep, dim=-1, sorted=False).indices
+    if sweep_configs:
+        pool_sweep, tk_sweep = {}, {}
+        for hb, rb, nw in POOL_CONFIGS:
+            bsa.POOL_CONFIG.update(HB=hb, RB=rb, num_warps=nw)
+            pool_sweep[(hb, rb, nw)] = timed(lambda: bsa._tile_means_triton(q, k, video_start, S, 64))
+        hb, rb, nw = min(pool_sweep, key=pool_sweep.get)
+        bsa.POOL_CONFIG.update(HB=hb, RB=rb, num_warps=nw)
+        for rows, nw in TOPK_CONFIGS:
+            bsa.TOPK_CONFIG.update(ROWS=rows, num_warps=nw)
+            tk_sweep[(rows, nw)] = timed(lambda: bsa._topk_triton(sc, n_keep, scale))
+        rows, nw = min(tk_sweep, key=tk_sweep.get)
+        bsa.TOPK_CONFIG.update(ROWS=rows, num_warps=nw)
+        r["pool_sweep"] = {f"HB={a},RB={b_},num_warps={c}": t for (a, b_, c), t in pool_sweep.items()}
+        r["topk_sweep"] = {f"ROWS={a},num_warps={c}": t for (a, c), t in tk_sweep.items()}
     r["select_parts_ms"] = {
         "pool": timed(lambda: bsa._tile_means_triton(q, k, video_start, S, 64)),
         "scores": timed(lambda: torch.matmul(qm, km.transpose(-1, -2))),
-        "topk_torch": timed(lambda: torch.topk(sc, ti.shape[-1], dim=-1, sorted=False)),
-        "topk_triton": timed(lambda: bsa._topk_triton(sc, ti.shape[-1])),
+        "topk_triton_scaled": timed(lambda: bsa._topk_triton(sc, n_keep, scale)),
+        "topk_torch": timed(lambda: torch.topk(sc, n_keep, dim=-1, sorted=False)),
         "sort": timed(lambda: torch.sort(tk, dim=-1)),
     }
-    tk_sweep = {}
-    for rows, nw in ((1, 4), (2, 4), (1, 8), (4, 8)):
-        bsa.TOPK_CONFIG.update(ROWS=rows, num_warps=nw)
-        tk_sweep[f"ROWS={rows},num_warps={nw}"] = timed(lambda: bsa._topk_triton(sc, ti.shape[-1]))
-    tk_best = min(tk_sweep, key=tk_sweep.get)
-    rows, nw = (int(p.split("=")[1]) for p in tk_best.split(","))
-    bsa.TOPK_CONFIG.update(ROWS=rows, num_warps=nw)
-    r["topk_sweep"] = tk_sweep
-    r["select_ms"] = timed(lambda: bsa.select_tiles(q, k, video_start, S, keep))  # with the best top-k config
-    configs = [(4, 3, 1), (4, 4, 1), (4, 2, 1), (8, 3, 1)] if sweep_configs else [None]
-    sweep = {}
+    r["select_ms"] = timed(lambda: bsa.select_tiles(q, k, video_start, S, keep))  # with the chosen configs
+    configs = ATTN_CONFIGS if sweep_configs else [None]
+    sweep, named = {}, {}
     out = torch.empty_like(q)
     for cfg in configs:
         if cfg is not None:
-            bsa.CONFIG.update(num_warps=cfg[0], num_stages=cfg[1], kv_tiles=cfg[2])
-        name = f"w{bsa.CONFIG['num_warps']}s{bsa.CONFIG['num_stages']}kv{bsa.CONFIG['kv_tiles']}"
+            bsa.CONFIG.update(impl=cfg[0], num_warps=cfg[1], num_stages=cfg[2], kv_tiles=cfg[3])
+        c = bsa.CONFIG
+        name = f"impl{c.get('impl', 1)}w{c['num_warps']}s{c['num_stages']}kv{c['kv_tiles']}"
+        named[name] = dict(c)
         try:
             sweep[name] = timed(lambda: bsa._launch_attention(q, k, v, out, video_start, S, 64, ti))
         except Exception as exc:
             sweep[name] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
     ok = {n: t for n, t in sweep.items() if isinstance(t, float)}
     best = min(ok, key=ok.get)
-    w, s_, kv = int(best[1]), int(best[3]), int(best[6:])
-    bsa.CONFIG.update(num_warps=w, num_stages=s_, kv_tiles=kv)
+    bsa.CONFIG.update(named[best])
     r.update(attn_ms=ok[best], sweep=sweep, best=best)
     r["total_ms"] = timed(lambda: bsa.block_sparse_attention(q, k, v, video_start=video_start, valid_len=S,
                                                              keep_ratio=keep))
@@ -402,6 +427,7 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--sizes", default="37760,104016")
     ap.add_argument("--skip", default="", help="comma list: ops,dense,sparse,flex,block")
+    ap.add_argument("--ops", default="a,b,c", help="which of the elementwise ops (a,b,c) to run")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     import triton
@@ -415,9 +441,13 @@ def main(argv=None):
     save(args.out)
     for i, S in enumerate(sizes):
         if "ops" not in skip:
-            bench_norm_modulate(S)
-            bench_qk_norm_rope(S)
-            bench_residual_gate(S)
+            ops = set(args.ops.split(","))
+            if "a" in ops:
+                bench_norm_modulate(S)
+            if "b" in ops:
+                bench_qk_norm_rope(S)
+            if "c" in ops:
+                bench_residual_gate(S)
             save(args.out)
         if "dense" not in skip:
             bench_dense(S)
@@ -435,7 +465,7 @@ def main(argv=None):
 
     RESULTS["chosen_configs"] = {"norm_modulate": norm_modulate.CONFIG, "qk_norm_rope": qk_norm_rope.CONFIG,
                                  "residual_gate": residual_gate.CONFIG, "block_sparse_attn": block_sparse_attn.CONFIG,
-                                 "topk": block_sparse_attn.TOPK_CONFIG}
+                                 "topk": block_sparse_attn.TOPK_CONFIG, "pool": block_sparse_attn.POOL_CONFIG}
     save(args.out)
     log("done")
 

@@ -28,8 +28,14 @@ import torch
 from ._common import HAS_TRITON, KernelUnavailable, interpret_mode, jit_cache_size, tl, triton
 
 # Launch configuration of the attention kernel; bench/kernels.py sweeps it on the H200.
-CONFIG = {"num_warps": 4, "num_stages": 3, "kv_tiles": 1}
-TOPK_CONFIG = {"ROWS": 1, "num_warps": 4}
+# impl 1: one key loop (sink chunks and gathered tiles in one schedule, KV_TILES tiles per step); impl 2: two loops
+# (contiguous sink keys, then the gathered tiles one per step) with the mask as an additive bias; impl 3: impl 2 with
+# K/V read through tensor descriptors (TMA), the default: 12.6 ms against impl 1's 15.4 at 37,760 rows, 10% keep.
+CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 sweep, 2026-12-03
+# Top-k: ROWS score rows per program, reduced together (one 2-D radix select).
+TOPK_CONFIG = {"ROWS": 1, "num_warps": 2}
+# Mean-pool: one program per (video tile, HB heads), RB rows per step.
+POOL_CONFIG = {"HB": 8, "RB": 2, "num_warps": 4}
 
 __all__ = [
     "KernelUnavailable",
@@ -90,19 +96,20 @@ def _tile_means_reference(x: torch.Tensor, video_start: int, valid_len: int, til
 def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float, topk=None) -> torch.Tensor:
     """Scores q_mean . k_mean^T / sqrt(D) and the top-k key tiles per query tile, ascending. -> `[B, H, n, k]` long.
 
-    `topk(scores, k)` returns ascending indices; default torch.topk + sort (the reference), the Triton radix
-    select on the GPU path.
+    `topk(raw_scores, k, scale)` returns ascending indices of the top-k of raw_scores * scale (fp32); default
+    torch.topk + sort (the reference), the Triton radix select on the GPU path.
     """
     n, D = qm.shape[-2], qm.shape[-1]
     k_keep = num_keep_tiles(n, keep_ratio)
     if n == 0:
         return torch.empty(*qm.shape[:2], 0, 0, dtype=torch.long, device=qm.device)
-    scores = torch.matmul(qm, km.transpose(-1, -2)) * (1.0 / math.sqrt(D))
     if k_keep == n:
         idx = torch.arange(n, device=qm.device).expand(*qm.shape[:2], n, n)
         return idx.contiguous()
-    if topk is not None:
-        return topk(scores, k_keep)
+    scale = 1.0 / math.sqrt(D)
+    if topk is not None:  # the kernel applies the same fp32 scale itself (same rounding, one pass fewer)
+        return topk(torch.matmul(qm, km.transpose(-1, -2)), k_keep, scale)
+    scores = torch.matmul(qm, km.transpose(-1, -2)) * scale
     idx = torch.topk(scores, k_keep, dim=-1, sorted=False).indices
     # Ascending order walks K/V forwards in memory; the set, not the order, defines the op.
     return torch.sort(idx, dim=-1).values
@@ -123,66 +130,78 @@ if HAS_TRITON:
         Q, K, QM, KM, video_start, valid_len,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
         H, n_tiles,
-        TILE: tl.constexpr, D: tl.constexpr,
+        TILE: tl.constexpr, D: tl.constexpr, HB: tl.constexpr, RB: tl.constexpr,
     ):
-        # Grid (n_tiles, H, B): one [TILE, D] slab of q and of k per program, reduced to two fp32 means.
+        # Grid (n_tiles, cdiv(H, HB), B): one video tile x HB heads of q and of k per program, RB rows per step
+        # (each row's HB heads are HB * D contiguous elements), reduced to two fp32 means of [HB, D].
         t = tl.program_id(0)
-        h = tl.program_id(1)
+        h0 = tl.program_id(1) * HB
         b = tl.program_id(2).to(tl.int64)
-        rows = (video_start + t * TILE + tl.arange(0, TILE)).to(tl.int64)
-        rmask = rows < valid_len
+        offs_r = tl.arange(0, RB)
+        offs_h = h0 + tl.arange(0, HB)
         offs_d = tl.arange(0, D)
-        cnt = tl.minimum(valid_len - (video_start + t * TILE), TILE).to(tl.float32)
-        qp = Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :]
-        kp = K + b * stride_kb + h * stride_kh + rows[:, None] * stride_ks + offs_d[None, :]
-        qs = tl.sum(tl.load(qp, mask=rmask[:, None], other=0.0).to(tl.float32), axis=0)
-        ks = tl.sum(tl.load(kp, mask=rmask[:, None], other=0.0).to(tl.float32), axis=0)
-        out = ((b * H + h) * n_tiles + t) * D + offs_d
-        tl.store(QM + out, qs / cnt)
-        tl.store(KM + out, ks / cnt)
+        hmask = offs_h < H
+        row0 = video_start + t * TILE
+        cnt = tl.minimum(valid_len - row0, TILE).to(tl.float32)
+        qbase = Q + b * stride_qb + offs_h[None, :, None] * stride_qh + offs_d[None, None, :]
+        kbase = K + b * stride_kb + offs_h[None, :, None] * stride_kh + offs_d[None, None, :]
+        # Accumulate elementwise and reduce the RB rows once at the end: a cross-warp reduction per step made
+        # this 3.5x slower.
+        qa = tl.zeros([RB, HB, D], tl.float32)
+        ka = tl.zeros([RB, HB, D], tl.float32)
+        for r0 in tl.static_range(0, TILE, RB):
+            rows = (row0 + r0 + offs_r).to(tl.int64)
+            m = (rows < valid_len)[:, None, None] & hmask[None, :, None]
+            qa += tl.load(qbase + rows[:, None, None] * stride_qs, mask=m, other=0.0).to(tl.float32)
+            ka += tl.load(kbase + rows[:, None, None] * stride_ks, mask=m, other=0.0).to(tl.float32)
+        qs = tl.sum(qa, axis=0)
+        ks = tl.sum(ka, axis=0)
+        out = ((b * H + offs_h[:, None]) * n_tiles + t) * D + offs_d[None, :]
+        tl.store(QM + out, qs / cnt, mask=hmask[:, None])
+        tl.store(KM + out, ks / cnt, mask=hmask[:, None])
 
 
 if HAS_TRITON:
 
     @triton.jit(do_not_specialize=["n", "k_keep", "n_rows"])
-    def _topk_kernel(SC, OUT, n, k_keep, n_rows, BLOCK: tl.constexpr, ROWS: tl.constexpr):
-        # Exact top-k of each score row by a 32-step radix select on order-preserving uint32 keys, then a
-        # cumsum compaction: the kept tile numbers come out ascending, so no sort is needed. Ties at the
-        # threshold are taken in index order.
+    def _topk_kernel(SC, OUT, n, k_keep, n_rows, scale, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+        # Exact top-k of ROWS score rows at once (scores = raw * scale in fp32, as the reference rounds them) by a
+        # 32-step radix select on order-preserving uint32 keys, then a cumsum compaction: the kept tile numbers
+        # come out ascending, so no sort is needed. Ties at the threshold are taken in index order.
         offs = tl.arange(0, BLOCK)
-        valid = offs < n
-        for r in tl.static_range(ROWS):
-            row = tl.program_id(0) * ROWS + r
-            if row < n_rows:
-                row64 = row.to(tl.int64)
-                x = tl.load(SC + row64 * n + offs, mask=valid, other=0.0)
-                one = tl.full([], 1, tl.uint32)
-                sign = one << 31
-                bits = x.to(tl.uint32, bitcast=True)
-                key = tl.where((bits & sign) != 0, ~bits, bits | sign)
-                key = tl.where(valid, key, tl.zeros_like(key))  # padding ranks below every finite score
-                prefix = tl.zeros([], tl.uint32)
-                for i in tl.static_range(32):
-                    cand = prefix | (one << (31 - i))
-                    cnt = tl.sum((key >= cand).to(tl.int32), axis=0)
-                    prefix = tl.where(cnt >= k_keep, cand, prefix)
-                gt = key > prefix
-                n_gt = tl.sum(gt.to(tl.int32), axis=0)
-                eq = (key == prefix) & valid
-                eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
-                take = gt | (eq & (eq_rank <= k_keep - n_gt))
-                pos = tl.cumsum(take.to(tl.int32), axis=0) - 1
-                tl.store(OUT + row64 * k_keep + pos, offs.to(tl.int64), mask=take)
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        rmask = rows < n_rows
+        rows64 = rows.to(tl.int64)
+        valid = (offs < n)[None, :] & rmask[:, None]
+        x = tl.load(SC + rows64[:, None] * n + offs[None, :], mask=valid, other=0.0) * scale
+        one = tl.full([], 1, tl.uint32)
+        sign = one << 31
+        bits = x.to(tl.uint32, bitcast=True)
+        key = tl.where((bits & sign) != 0, ~bits, bits | sign)
+        key = tl.where(valid, key, tl.zeros_like(key))  # padding ranks below every finite score
+        prefix = tl.zeros([ROWS], tl.uint32)
+        for i in tl.static_range(32):
+            cand = prefix | (one << (31 - i))
+            cnt = tl.sum((key >= cand[:, None]).to(tl.int32), axis=1)
+            prefix = tl.where(cnt >= k_keep, cand, prefix)
+        gt = key > prefix[:, None]
+        n_gt = tl.sum(gt.to(tl.int32), axis=1)
+        eq = (key == prefix[:, None]) & valid
+        eq_rank = tl.cumsum(eq.to(tl.int32), axis=1)
+        take = gt | (eq & (eq_rank <= (k_keep - n_gt)[:, None]))
+        pos = tl.cumsum(take.to(tl.int32), axis=1) - 1
+        tl.store(OUT + rows64[:, None] * k_keep + pos, (offs[None, :] + 0 * rows[:, None]).to(tl.int64),
+                 mask=take & rmask[:, None])
 
 
-def _topk_triton(scores: torch.Tensor, k_keep: int) -> torch.Tensor:
-    """Ascending indices of the k largest entries of each row of scores `[..., n]` (fp32) -> `[..., k]` long."""
+def _topk_triton(scores: torch.Tensor, k_keep: int, scale: float = 1.0) -> torch.Tensor:
+    """Ascending indices of the k largest entries of each row of scores * scale `[..., n]` (fp32) -> `[..., k]`."""
     n = scores.shape[-1]
     flat = scores.reshape(-1, n).contiguous()
     out = torch.empty(flat.shape[0], k_keep, dtype=torch.long, device=scores.device)
     rows = TOPK_CONFIG["ROWS"]
     _topk_kernel[(triton.cdiv(flat.shape[0], rows),)](
-        flat, out, n, k_keep, flat.shape[0], BLOCK=max(16, triton.next_power_of_2(n)), ROWS=rows,
+        flat, out, n, k_keep, flat.shape[0], float(scale), BLOCK=max(16, triton.next_power_of_2(n)), ROWS=rows,
         num_warps=TOPK_CONFIG["num_warps"],
     )
     return out.view(*scores.shape[:-1], k_keep)
@@ -193,11 +212,13 @@ def _tile_means_triton(q, k, video_start: int, valid_len: int, tile: int):
     n = num_video_tiles(video_start, valid_len, tile)
     qm = torch.empty(B, H, n, D, device=q.device, dtype=torch.float32)
     km = torch.empty_like(qm)
+    hb = min(POOL_CONFIG["HB"], 1 << max(0, (H - 1).bit_length()))
+    rb = min(POOL_CONFIG["RB"], tile)
     if n:
-        _tile_mean_kernel[(n, H, B)](
+        _tile_mean_kernel[(n, triton.cdiv(H, hb), B)](
             q, k, qm, km, video_start, valid_len,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            H, n, TILE=tile, D=D, num_warps=4,
+            H, n, TILE=tile, D=D, HB=hb, RB=rb, num_warps=POOL_CONFIG["num_warps"],
         )
     return qm, km
 
@@ -206,8 +227,9 @@ def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile
     """Top-k video key tiles for every video query tile. q, k `[B, S, H, D]` -> LongTensor `[B, H, n_q_tiles, k]`.
 
     n_q_tiles = ceil((valid_len - video_start) / tile); k = max(1, ceil(keep_ratio * n_q_tiles)); indices are
-    ascending video-tile numbers (tile i = rows video_start + i*tile ...). CUDA pools with a Triton kernel; the
-    scores (a tiny [n, D] x [D, n] product per head) and top-k run in torch.
+    ascending video-tile numbers (tile i = rows video_start + i*tile ...). CUDA pools with a Triton kernel, takes
+    the scores (a tiny [n, D] x [D, n] fp32 product per head) from torch.matmul and the top-k from a Triton radix
+    select that also applies the 1/sqrt(D) scale.
     """
     _check_layout(q, video_start, valid_len, tile)
     if _triton_path(q):
@@ -369,11 +391,165 @@ if HAS_TRITON:
                  out.to(O.dtype.element_ty), mask=smask)
 
 
+if HAS_TRITON:
+
+    @triton.jit
+    def _bsa_step(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr):
+        # One online-softmax step over a [BLOCK_N, D] key/value block; bias is 0 for live keys and -inf for masked
+        # ones (one add per score instead of a select and a multiply).
+        if FP32_DOT:
+            s = tl.dot(q.to(tl.float32), tl.trans(kt.to(tl.float32)), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(kt))
+        s = s * qk_scale + bias[None, :]
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if FP32_DOT:
+            acc = acc * alpha[:, None] + tl.dot(p, vt.to(tl.float32), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+        return m_new, l_i, acc
+
+    @triton.jit(do_not_specialize=["S", "video_start", "valid_len", "n_sink_qt", "n_vid_tiles", "k_keep",
+                                   "stride_ib", "stride_ih", "stride_it"])
+    def _bsa_fwd2_kernel(
+        Q, K, V, O, IDX,
+        stride_qb, stride_qs, stride_qh,
+        stride_kb, stride_ks, stride_kh,
+        stride_vb, stride_vs, stride_vh,
+        stride_ob, stride_os, stride_oh,
+        stride_ib, stride_ih, stride_it,
+        H, S, video_start, valid_len, n_sink_qt, n_vid_tiles, k_keep, qk_scale,
+        TILE: tl.constexpr, D: tl.constexpr, FP32_DOT: tl.constexpr, STAGES: tl.constexpr,
+    ):
+        # Same grid, schedule and semantics as _bsa_fwd_kernel with KV_TILES=1, as two loops: the contiguous keys
+        # (all valid keys for a sink query tile, the sink keys for a video tile), then the k_keep gathered video
+        # tiles. Neither loop carries a branch on which phase it is in.
+        pid_t = tl.program_id(0)
+        pid_bh = tl.program_id(1)
+        b = (pid_bh // H).to(tl.int64)
+        h = pid_bh % H
+        offs_m = tl.arange(0, TILE)
+        offs_d = tl.arange(0, D)
+
+        is_sink_q = pid_t < n_sink_qt
+        vt = pid_t - n_sink_qt
+        q_start = tl.where(is_sink_q, pid_t * TILE, video_start + vt * TILE)
+        q_lim = tl.where(is_sink_q, video_start, valid_len)
+        rows = (q_start + offs_m).to(tl.int64)
+        qmask = rows < q_lim
+        q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :],
+                    mask=qmask[:, None], other=0.0)
+
+        live = vt < n_vid_tiles  # false for query tiles that are all padding: they only write zeros
+        first_lim = tl.where(is_sink_q, valid_len, video_start)
+        n_first = tl.where(live, tl.cdiv(first_lim, TILE), 0)
+        n_gather = tl.where(live & (vt >= 0), k_keep, 0)
+        idx_base = IDX + b * stride_ib + h * stride_ih + tl.maximum(tl.minimum(vt, n_vid_tiles - 1), 0) * stride_it
+
+        m_i = tl.full([TILE], -1.0e30, tl.float32)
+        l_i = tl.zeros([TILE], tl.float32)
+        acc = tl.zeros([TILE, D], tl.float32)
+        k_base = K + b * stride_kb + h * stride_kh
+        v_base = V + b * stride_vb + h * stride_vh
+        offs_n = tl.arange(0, TILE)
+        for j in tl.range(0, n_first, num_stages=STAGES):
+            cols = j * TILE + offs_n
+            kmask = cols < first_lim
+            kt = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=kmask[:, None], other=0.0)
+            vv = tl.load(v_base + cols[:, None] * stride_vs + offs_d[None, :], mask=kmask[:, None], other=0.0)
+            bias = tl.where(kmask, 0.0, float("-inf"))
+            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
+        for e in tl.range(0, n_gather, num_stages=STAGES):
+            t = tl.load(idx_base + e)
+            cols = video_start + t * TILE + offs_n
+            kmask = cols < valid_len  # only the last, partial video tile has dead rows
+            kt = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=kmask[:, None], other=0.0)
+            vv = tl.load(v_base + cols[:, None] * stride_vs + offs_d[None, :], mask=kmask[:, None], other=0.0)
+            bias = tl.where(kmask, 0.0, float("-inf"))
+            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
+
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
+        smask = (rows < tl.where(is_sink_q, video_start, S))[:, None]
+        tl.store(O + b * stride_ob + h * stride_oh + rows[:, None] * stride_os + offs_d[None, :],
+                 out.to(O.dtype.element_ty), mask=smask)
+
+
+if HAS_TRITON:
+
+    @triton.jit(do_not_specialize=["S", "video_start", "valid_len", "n_sink_qt", "n_vid_tiles", "k_keep",
+                                   "stride_ib", "stride_ih", "stride_it"])
+    def _bsa_fwd3_kernel(
+        Q, K_desc, V_desc, O, IDX,
+        stride_qb, stride_qs, stride_qh,
+        stride_ob, stride_os, stride_oh,
+        stride_ib, stride_ih, stride_it,
+        H, S, video_start, valid_len, n_sink_qt, n_vid_tiles, k_keep, qk_scale,
+        TILE: tl.constexpr, D: tl.constexpr, FP32_DOT: tl.constexpr, STAGES: tl.constexpr,
+    ):
+        # _bsa_fwd2_kernel with K and V read through tensor descriptors (Hopper's bulk tensor copy engine) of shape
+        # [B, valid_len, H * D]: no [TILE, D] pointer tensors in registers (the pointer version spills), the loads
+        # are pipelined into shared memory, and rows at or past valid_len arrive as zeros, so padding garbage can
+        # not leak. Each 64-row key tile is one [1, TILE, D] box at (b, first row, h * D).
+        pid_t = tl.program_id(0)
+        pid_bh = tl.program_id(1)
+        b = pid_bh // H
+        h = pid_bh % H
+        offs_m = tl.arange(0, TILE)
+        offs_d = tl.arange(0, D)
+
+        is_sink_q = pid_t < n_sink_qt
+        vt = pid_t - n_sink_qt
+        q_start = tl.where(is_sink_q, pid_t * TILE, video_start + vt * TILE)
+        q_lim = tl.where(is_sink_q, video_start, valid_len)
+        rows = (q_start + offs_m).to(tl.int64)
+        qmask = rows < q_lim
+        q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :],
+                    mask=qmask[:, None], other=0.0)
+
+        live = vt < n_vid_tiles
+        first_lim = tl.where(is_sink_q, valid_len, video_start)
+        n_first = tl.where(live, tl.cdiv(first_lim, TILE), 0)
+        n_gather = tl.where(live & (vt >= 0), k_keep, 0)
+        idx_base = IDX + b.to(tl.int64) * stride_ib + h * stride_ih \
+            + tl.maximum(tl.minimum(vt, n_vid_tiles - 1), 0) * stride_it
+
+        m_i = tl.full([TILE], -1.0e30, tl.float32)
+        l_i = tl.zeros([TILE], tl.float32)
+        acc = tl.zeros([TILE, D], tl.float32)
+        offs_n = tl.arange(0, TILE)
+        hd = h * D
+        for j in tl.range(0, n_first, num_stages=STAGES):
+            r0 = j * TILE
+            kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
+            vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
+            bias = tl.where(r0 + offs_n < first_lim, 0.0, float("-inf"))
+            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
+        for e in tl.range(0, n_gather, num_stages=STAGES):
+            t = tl.load(idx_base + e).to(tl.int32)
+            r0 = video_start + t * TILE
+            kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
+            vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
+            bias = tl.where(r0 + offs_n < valid_len, 0.0, float("-inf"))
+            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
+
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
+        smask = (rows < tl.where(is_sink_q, video_start, S))[:, None]
+        tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_os + offs_d[None, :],
+                 out.to(O.dtype.element_ty), mask=smask)
+
+
 def kernel_compile_count() -> int:
     """Distinct Triton specialisations compiled in-process by this module (0 under the interpreter)."""
     if not HAS_TRITON:
         return 0
-    return jit_cache_size(_bsa_fwd_kernel) + jit_cache_size(_tile_mean_kernel) + jit_cache_size(_topk_kernel)
+    return (jit_cache_size(_bsa_fwd_kernel) + jit_cache_size(_bsa_fwd2_kernel) + jit_cache_size(_bsa_fwd3_kernel)
+            + jit_cache_size(_tile_mean_kernel)
+            + jit_cache_size(_topk_kernel))
 
 
 def _triton_path(x: torch.Tensor) -> bool:
@@ -417,8 +593,32 @@ def _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices):
     )
     # fp32 inputs want IEEE dots (not tf32). Triton 3.9's CPU interpreter computes bf16 x bf16 tl.dot wrongly
     # (checked 2026-12-02: errors ~1e10), so interpreted runs upcast the operands as well.
-    kwargs = dict(TILE=tile, D=D, KV_TILES=CONFIG["kv_tiles"], FP32_DOT=q.dtype == torch.float32 or not q.is_cuda,
-                  num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"])
+    fp32_dot = q.dtype == torch.float32 or not q.is_cuda
+    if CONFIG.get("impl", 1) == 3:
+        # K/V through tensor descriptors [B, valid_len, H*D]; valid_len is descriptor data, not a compile key.
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        if valid_len == 0:  # a descriptor needs a positive shape; there are no keys, so the output is all zero
+            out.zero_()
+            return None
+        k, v = (t if t.stride(2) == D and t.stride(1) % 8 == 0 and t.data_ptr() % 16 == 0 else t.contiguous()
+                for t in (k, v))
+        k_d, v_d = (TensorDescriptor(t, [B, valid_len, H * D], [t.stride(0), t.stride(1), 1], [1, tile, D])
+                    for t in (k, v))
+        args = (
+            q, k_d, v_d, out, ti,
+            q.stride(0), q.stride(1), q.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            ti.stride(0), ti.stride(1), ti.stride(2),
+            H, S, video_start, valid_len, n_sink_qt, n_vid, k_keep, qk_scale,
+        )
+        kwargs = dict(TILE=tile, D=D, FP32_DOT=fp32_dot, STAGES=CONFIG["num_stages"], IMPL3=True,
+                      num_warps=CONFIG["num_warps"])
+    elif CONFIG.get("impl", 1) == 2:
+        kwargs = dict(TILE=tile, D=D, FP32_DOT=fp32_dot, STAGES=CONFIG["num_stages"], num_warps=CONFIG["num_warps"])
+    else:
+        kwargs = dict(TILE=tile, D=D, KV_TILES=CONFIG["kv_tiles"], FP32_DOT=fp32_dot,
+                      num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"])
     return (n_total_qt, B * H), args, kwargs
 
 
@@ -426,7 +626,11 @@ def _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices):
     launch = _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices)
     if launch is not None:
         grid, args, kwargs = launch
-        _bsa_fwd_kernel[grid](*args, **kwargs)
+        if kwargs.pop("IMPL3", False):
+            kernel = _bsa_fwd3_kernel
+        else:
+            kernel = _bsa_fwd2_kernel if "STAGES" in kwargs else _bsa_fwd_kernel
+        kernel[grid](*args, **kwargs)
     return out
 
 

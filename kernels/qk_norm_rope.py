@@ -22,7 +22,9 @@ import torch
 from ._common import HAS_TRITON, next_pow2, require_triton, tl, triton, use_triton
 
 # variant "rows": BLOCK (token, head) rows per program; "token": BLOCK whole tokens per program.
-CONFIG = {"variant": "token", "BLOCK": 4, "num_warps": 8}  # H200 sweep winner
+# "token" also takes T (tokens per [T, BLOCK_H, D] tile, BLOCK // T tiles per program) and QK (one program does
+# both q and k, sharing cos/sin; else a second grid axis picks the tensor).
+CONFIG = {"variant": "token", "BLOCK": 1, "num_warps": 8, "T": 1, "QK": True}  # H200 sweep, 2026-12-03
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -53,8 +55,17 @@ def qk_norm_rope_reference(q, k, q_weight, k_weight, eps, cos, sin):
 if HAS_TRITON:
 
     @triton.jit
+    def _partner(offs_d, HALF: tl.constexpr, R: tl.constexpr, G: tl.constexpr):
+        # Rotate-half partner channel: d + HALF below HALF, d - HALF in [HALF, R), d itself above R. Every aligned
+        # group of G channels (G = the largest power of two dividing HALF, at most 16) maps to G contiguous
+        # channels starting at a multiple of G; the hints tell Triton so, and it issues 16-byte loads. (Without
+        # them the select compiled to 2-byte scalar loads: 128 per thread per token tile, 65% of the floor.)
+        partner = tl.where(offs_d < HALF, offs_d + HALF, tl.where(offs_d < R, offs_d - HALF, offs_d))
+        return tl.max_contiguous(tl.multiple_of(partner, G), G)
+
+    @triton.jit
     def _rows_tile(X, W, Y, COS, SIN, rows, rmask, S, H, stride_xs, stride_xh, eps,
-                   D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr):
+                   D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr, G: tl.constexpr):
         # rows index flattened (b*S + s)*H + h: a [BLOCK_R, D] tile of (token, head) rows; cos/sin gathered per row.
         offs_d = tl.arange(0, D)
         rows = rows.to(tl.int64)  # a fused-QKV token stride x 104k tokens passes 2**31 elements
@@ -71,7 +82,7 @@ if HAS_TRITON:
         if R > 0:
             HALF: tl.constexpr = R // 2
             in_rot = offs_d < R
-            partner = tl.where(offs_d < HALF, offs_d + HALF, tl.where(in_rot, offs_d - HALF, offs_d))
+            partner = _partner(offs_d, HALF, R, G)
             sign = tl.where(offs_d < HALF, -1.0, 1.0)
             # The rotate-half partner is a second read of the same row: an L1 hit, no cross-lane shuffle.
             xp = tl.load(X + xrow[:, None] + partner[None, :], mask=m2, other=0.0).to(tl.float32)
@@ -88,63 +99,83 @@ if HAS_TRITON:
         tl.store(Y + rows[:, None] * D + offs_d[None, :], n.to(Y.dtype.element_ty), mask=m2)
 
     @triton.jit
-    def _token_tile(X, W, Y, COS, SIN, tok, H, stride_xs, stride_xh, eps, s,
-                    D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr, BLOCK_H: tl.constexpr):
-        # One token, all heads: a [BLOCK_H, D] tile; cos/sin read once per token as [D] vectors.
-        offs_d = tl.arange(0, D)
+    def _token_tile(X, W, Y, COS, SIN, tok0, n_tok, S, H, stride_xs, stride_xh, eps,
+                    D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr, T: tl.constexpr, BLOCK_H: tl.constexpr,
+                    G: tl.constexpr):
+        # T whole tokens, all heads: one [T, BLOCK_H, D] tile; cos/sin read once per token. No branches: the tail
+        # is masked, so the tile's loads can all be in flight at once.
+        offs_t = tl.arange(0, T)
         offs_h = tl.arange(0, BLOCK_H)
-        m2 = (offs_h < H)[:, None]
-        base = X + tok * stride_xs + offs_h[:, None] * stride_xh
-        x = tl.load(base + offs_d[None, :], mask=m2, other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)[:, None]
+        offs_d = tl.arange(0, D)
+        tok = tok0 + offs_t.to(tl.int64)  # a fused-QKV token stride x 104k tokens passes 2**31 elements
+        tmask = (tok < n_tok)[:, None, None]
+        m3 = tmask & ((offs_h < H)[None, :, None])
+        base = X + tok[:, None, None] * stride_xs + offs_h[None, :, None] * stride_xh
+        d3 = offs_d[None, None, :]
+        x = tl.load(base + d3, mask=m3, other=0.0).to(tl.float32)
+        if R > 0:
+            HALF: tl.constexpr = R // 2
+            partner = _partner(offs_d, HALF, R, G)
+            xp = tl.load(base + partner[None, None, :], mask=m3, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=2) / D + eps)[:, :, None]
         if HAS_W:
             w = tl.load(W + offs_d).to(tl.float32)
         else:
             w = tl.full([D], 1.0, tl.float32)
-        n = x * rstd * w[None, :]
+        n = x * rstd * w[None, None, :]
         if R > 0:
-            HALF: tl.constexpr = R // 2
             in_rot = offs_d < R
-            partner = tl.where(offs_d < HALF, offs_d + HALF, tl.where(in_rot, offs_d - HALF, offs_d))
             sign = tl.where(offs_d < HALF, -1.0, 1.0)
-            xp = tl.load(base + partner[None, :], mask=m2, other=0.0).to(tl.float32)
             if HAS_W:
-                wp = tl.load(W + partner).to(tl.float32)
+                wp = tl.load(W + partner).to(tl.float32) * sign
             else:
-                wp = tl.full([D], 1.0, tl.float32)
-            c = tl.load(COS + s * R + offs_d, mask=in_rot, other=1.0)
-            sn = tl.load(SIN + s * R + offs_d, mask=in_rot, other=0.0) * sign
-            n = n * c[None, :] + (xp * rstd * wp[None, :]) * sn[None, :]
-        tl.store(Y + tok * (H * D) + offs_h[:, None] * D + offs_d[None, :], n.to(Y.dtype.element_ty), mask=m2)
+                wp = sign
+            cm = tmask & in_rot[None, None, :]
+            coff = (tok % S)[:, None, None] * R + d3
+            c = tl.load(COS + coff, mask=cm, other=1.0)
+            sn = tl.load(SIN + coff, mask=cm, other=0.0)
+            n = n * c + (xp * rstd * wp[None, None, :]) * sn
+        tl.store(Y + tok[:, None, None] * (H * D) + offs_h[None, :, None] * D + d3, n.to(Y.dtype.element_ty),
+                 mask=m3)
 
     @triton.jit(do_not_specialize=["n_tok", "S"])  # prompt lengths must not recompile
     def _qk_norm_rope_kernel(
         Q, K, WQ, WK, QO, KO, COS, SIN,
         n_tok, S, H, stride_qs, stride_qh, stride_ks, stride_kh, eps,
         D: tl.constexpr, R: tl.constexpr, HAS_W: tl.constexpr, PER_TOKEN: tl.constexpr, BLOCK: tl.constexpr,
-        BLOCK_H: tl.constexpr,
+        BLOCK_H: tl.constexpr, G: tl.constexpr, T: tl.constexpr, QK: tl.constexpr,
     ):
-        # Axis 1 picks q (0) or k (1): one launch for both tensors. PER_TOKEN: BLOCK tokens per program, each a
-        # [BLOCK_H, D] tile; else BLOCK flattened (token, head) rows per program.
+        # PER_TOKEN: BLOCK tokens per program as BLOCK // T tiles of [T, BLOCK_H, D]; else BLOCK flattened
+        # (token, head) rows per program. QK: the program does q and k; else axis 1 picks q (0) or k (1). Either
+        # way one launch covers both tensors.
         pid = tl.program_id(0)
         which = tl.program_id(1)
         if PER_TOKEN:
-            for i in tl.static_range(BLOCK):
-                tok = (pid * BLOCK + i).to(tl.int64)
-                if tok < n_tok:
-                    if which == 0:
-                        _token_tile(Q, WQ, QO, COS, SIN, tok, H, stride_qs, stride_qh, eps, tok % S, D, R, HAS_W,
-                                    BLOCK_H)
-                    else:
-                        _token_tile(K, WK, KO, COS, SIN, tok, H, stride_ks, stride_kh, eps, tok % S, D, R, HAS_W,
-                                    BLOCK_H)
+            for i in tl.static_range(BLOCK // T):
+                tok0 = pid.to(tl.int64) * BLOCK + i * T
+                if QK:
+                    _token_tile(Q, WQ, QO, COS, SIN, tok0, n_tok, S, H, stride_qs, stride_qh, eps, D, R, HAS_W, T,
+                                BLOCK_H, G)
+                    _token_tile(K, WK, KO, COS, SIN, tok0, n_tok, S, H, stride_ks, stride_kh, eps, D, R, HAS_W, T,
+                                BLOCK_H, G)
+                elif which == 0:
+                    _token_tile(Q, WQ, QO, COS, SIN, tok0, n_tok, S, H, stride_qs, stride_qh, eps, D, R, HAS_W, T,
+                                BLOCK_H, G)
+                else:
+                    _token_tile(K, WK, KO, COS, SIN, tok0, n_tok, S, H, stride_ks, stride_kh, eps, D, R, HAS_W, T,
+                                BLOCK_H, G)
         else:
             rows = pid * BLOCK + tl.arange(0, BLOCK)
             rmask = rows < n_tok * H
             if which == 0:
-                _rows_tile(Q, WQ, QO, COS, SIN, rows, rmask, S, H, stride_qs, stride_qh, eps, D, R, HAS_W)
+                _rows_tile(Q, WQ, QO, COS, SIN, rows, rmask, S, H, stride_qs, stride_qh, eps, D, R, HAS_W, G)
             else:
-                _rows_tile(K, WK, KO, COS, SIN, rows, rmask, S, H, stride_ks, stride_kh, eps, D, R, HAS_W)
+                _rows_tile(K, WK, KO, COS, SIN, rows, rmask, S, H, stride_ks, stride_kh, eps, D, R, HAS_W, G)
+
+
+def _partner_group(R: int) -> int:
+    half = R // 2
+    return min(16, half & -half) if half else 1
 
 
 def _flat_rows_ok(x: torch.Tensor) -> bool:
@@ -181,11 +212,16 @@ def _qk_norm_rope_triton(q, k, q_weight, k_weight, eps, cos, sin, out=None):
     n_tok = B * S
     per_token = CONFIG["variant"] == "token"
     blk = CONFIG["BLOCK"]
+    t = CONFIG.get("T", 1) if per_token else 1
+    qk = bool(CONFIG.get("QK", False)) and per_token
+    if per_token and (t & (t - 1) or blk % t):
+        raise ValueError(f"qk_norm_rope: T={t} must be a power of two dividing BLOCK={blk}")
     n_prog = triton.cdiv(n_tok, blk) if per_token else triton.cdiv(n_tok * H, blk)
-    _qk_norm_rope_kernel[(n_prog, 2)](
+    _qk_norm_rope_kernel[(n_prog, 1 if qk else 2)](
         q, k, wq, wk, qo, ko, cos, sin,
         n_tok, S, H, q.stride(1), q.stride(2), k.stride(1), k.stride(2), float(eps),
-        D=D, R=R, HAS_W=has_w, PER_TOKEN=per_token, BLOCK=blk, BLOCK_H=next_pow2(H),
+        D=D, R=R, HAS_W=has_w, PER_TOKEN=per_token, BLOCK=blk, BLOCK_H=next_pow2(H), G=_partner_group(R),
+        T=t, QK=qk,
         num_warps=CONFIG["num_warps"],
     )
     return qo, ko

@@ -12,6 +12,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 os.environ["H3_KERNELS_INTERPRET"] = "1"
 
 import json  # noqa: E402
+import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -97,9 +98,11 @@ def _():
     out = []
     from kernels import qk_norm_rope as qr
 
-    cases = [(D, f, v) for D, f in ((32, 4), (128, 16)) for v in (("rows", 32), ("token", 2))]
-    for D, freq, (variant, block) in cases:  # nano (24 of 32 rotated) and full size (96 of 128), both tilings
-        qr.CONFIG.update(variant=variant, BLOCK=block)
+    saved = dict(qr.CONFIG)
+    tilings = (("rows", 32, 1, False), ("token", 2, 1, False), ("token", 4, 2, True), ("token", 1, 1, True))
+    cases = [(D, f, v) for D, f in ((32, 4), (128, 16)) for v in tilings]
+    for D, freq, (variant, block, t, qk) in cases:  # nano (24 of 32 rotated) and full size (96 of 128), all tilings
+        qr.CONFIG.update(variant=variant, BLOCK=block, T=t, QK=qk)
         B, S, H = 2, 9, 3
         rope = MiniMaxH3RotaryPosEmbed(rope_freq_dim=freq)
         cos, sin = rope(torch.randint(0, 50, (S, 3)).double())
@@ -119,6 +122,8 @@ def _():
         rr = qk_norm_rope_reference(q, k, wq, wk, 1e-5, cos, sin)
         assert rel(rr[0], rq) < 1e-6
         out.append(e)
+    qr.CONFIG.clear()
+    qr.CONFIG.update(saved)
     return out
 
 
@@ -153,16 +158,21 @@ def _():
 
 @check("topk_radix_select")
 def _():
-    for n, k_, rows in ((583, 59, 1), (20, 3, 2), (16, 16, 1), (7, 1, 3), (100, 37, 4)):
+    saved = dict(bsa.TOPK_CONFIG)
+    for n, k_, rows in ((583, 59, 1), (20, 3, 2), (16, 16, 1), (7, 1, 8), (100, 37, 4), (583, 59, 16)):
         bsa.TOPK_CONFIG["ROWS"] = rows
-        sc = fresh(2, 3, 5, n)
+        sc = fresh(2, 3, 5, n)  # 30 rows: the last program of ROWS 4, 8, 16 is partly empty
         got = bsa._topk_triton(sc, k_)
         ref = torch.sort(torch.topk(sc, k_, dim=-1).indices, -1).values
         assert torch.equal(got, ref), (n, k_, rows)
+        scale = 1 / math.sqrt(128)  # the kernel's own scaling rounds as torch's does
+        got = bsa._topk_triton(sc, k_, scale)
+        ref = torch.sort(torch.topk(sc * scale, k_, dim=-1).indices, -1).values
+        assert torch.equal(got, ref), (n, k_, rows, "scaled")
     tie = torch.zeros(1, 1, 2, 10)
     tie[..., 3] = 1.0
     assert bsa._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]]  # ties at the threshold: index order
-    bsa.TOPK_CONFIG["ROWS"] = 1
+    bsa.TOPK_CONFIG.update(saved)
     return "exact"
 
 
@@ -190,8 +200,12 @@ def _():
     cases = ((320, 23, 300, 0.25, torch.float32, 1e-5, 2), (384, 50, 384, 0.1, torch.float32, 1e-5, 2),
              (320, 23, 290, 0.3, torch.bfloat16, 2e-2, 2), (320, 23, 300, 0.25, torch.float32, 1e-5, 1),
              (336, 40, 330, 0.2, torch.float32, 1e-5, 1))
-    for S, vs, vl, keep, dtype, tol, kv_tiles in cases:  # both key-chunk widths the GPU sweep may pick
-        bsa.CONFIG["kv_tiles"] = kv_tiles
+    # every kernel variant the GPU sweep may pick: impl 1 with one or two key tiles per step, impl 2 (two
+    # loops), impl 3 (two loops, K/V through tensor descriptors)
+    cases = [c + (1,) for c in cases] + [c[:6] + (1, impl) for c in cases for impl in (2, 3)]
+    saved = dict(bsa.CONFIG)
+    for S, vs, vl, keep, dtype, tol, kv_tiles, impl in cases:
+        bsa.CONFIG.update(kv_tiles=kv_tiles, impl=impl)
         q, k, v = layout(S, vs, vl, dtype=dtype)
         ti = bsa.select_tiles_reference(q, k, vs, vl, keep, 16)
         o = torch.full_like(q, float("nan"))  # poison: every element must be written
@@ -203,7 +217,7 @@ def _():
         assert e < tol, e
         assert (o[:, vl:] == 0).all()
         out.append(e)
-    bsa.CONFIG["kv_tiles"] = 2
+    bsa.CONFIG.update(saved)
     return out
 
 

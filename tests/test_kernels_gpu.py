@@ -12,6 +12,8 @@ import math
 import pytest
 import torch
 
+from bench.kernels import ATTN_CONFIGS, POOL_CONFIGS, QK_CONFIGS, TOPK_CONFIGS
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 S5 = 37760  # 5 s request: 50 text + 414 audio + 37,296 video rows
@@ -41,6 +43,20 @@ def poison_like(x):
     return torch.full_like(x, float("nan"))
 
 
+@pytest.fixture
+def configs():
+    """Yields the kernel modules' config dicts and restores them afterwards (tests below try sweep configs)."""
+    from kernels import block_sparse_attn as bsa
+    from kernels import qk_norm_rope as qr
+
+    dicts = (qr.CONFIG, bsa.CONFIG, bsa.TOPK_CONFIG, bsa.POOL_CONFIG)
+    saved = [dict(d) for d in dicts]
+    yield dicts
+    for d, old in zip(dicts, saved):
+        d.clear()
+        d.update(old)
+
+
 def test_norm_modulate_real_shape():
     from kernels.norm_modulate import _norm_modulate_triton, norm_modulate_reference
 
@@ -67,10 +83,14 @@ def test_residual_gate_real_shape():
     assert residual_gate_(x2, gate, idx, h) is x2 and rel(x2, ref) < 1e-2
 
 
-def test_qk_norm_rope_real_shape():
+@pytest.mark.parametrize("cfg", [None] + QK_CONFIGS)  # the default, then every config bench/kernels.py sweeps
+def test_qk_norm_rope_real_shape(cfg, configs):
     from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed
 
-    from kernels.qk_norm_rope import _qk_norm_rope_triton, qk_norm_rope_reference
+    from kernels.qk_norm_rope import CONFIG, _qk_norm_rope_triton, qk_norm_rope_reference
+
+    if cfg is not None:
+        CONFIG.update(zip(("variant", "BLOCK", "T", "QK", "num_warps"), cfg))
 
     qkv = torch.randn(1, S5, 3 * H * D, device="cuda").bfloat16()  # fused QKV: strided q and k views
     q, k, _ = (t.unflatten(-1, (H, D)) for t in qkv.chunk(3, dim=-1))
@@ -119,9 +139,13 @@ def _check_samples(q, k, v, out, ti, video_start, valid_len, tile=64):
     return max(errs)
 
 
-@pytest.mark.parametrize("S,valid_len,keep", [(S5, S5, 0.1), (37888, 37700, 0.1), (S5, S5, 0.25)])
-def test_block_sparse_attention_real_shape(S, valid_len, keep):
+@pytest.mark.parametrize("S,valid_len,keep,cfg", [(S5, S5, 0.1, None), (37888, 37700, 0.1, None), (S5, S5, 0.25, None)]
+                         + [(S5, S5, 0.1, c) for c in ATTN_CONFIGS] + [(37888, 37700, 0.1, c) for c in ATTN_CONFIGS])
+def test_block_sparse_attention_real_shape(S, valid_len, keep, cfg, configs):
     from kernels import block_sparse_attn as bsa
+
+    if cfg is not None:  # every (impl, num_warps, num_stages, kv_tiles) bench/kernels.py sweeps
+        bsa.CONFIG.update(zip(("impl", "num_warps", "num_stages", "kv_tiles"), cfg))
 
     q, k, v = _qkv(S, valid_len)
     ti = bsa.select_tiles(q, k, VIDEO_START, valid_len, keep)
@@ -150,11 +174,23 @@ def test_keep_ratio_one_is_dense_real_shape():
     assert _check_samples(q, k, v, out, ti, VIDEO_START, S5) < 2e-2
 
 
-def test_selection_real_shape():
+@pytest.mark.parametrize("pool,topk", [(None, None)] + [(c, None) for c in POOL_CONFIGS]
+                         + [(None, c) for c in TOPK_CONFIGS])
+def test_selection_real_shape(pool, topk, configs):
     from kernels import block_sparse_attn as bsa
 
+    if pool is not None:
+        bsa.POOL_CONFIG.update(zip(("HB", "RB", "num_warps"), pool))
+    if topk is not None:
+        bsa.TOPK_CONFIG.update(zip(("ROWS", "num_warps"), topk))
     q, k, _ = _qkv(S5, S5)
     ti = bsa.select_tiles(q, k, VIDEO_START, S5, 0.1)
+    # the pooled means against fp64, and the Triton top-k exactly against torch's on the same fp32 scores
+    qm32, km32 = bsa._tile_means_triton(q, k, VIDEO_START, S5, 64)
+    assert rel(qm32, bsa._tile_means_reference(q.double(), VIDEO_START, S5, 64)) < 1e-5
+    assert rel(km32, bsa._tile_means_reference(k.double(), VIDEO_START, S5, 64)) < 1e-5
+    sc = torch.matmul(qm32, km32.transpose(-1, -2)) * (1.0 / math.sqrt(D))
+    assert torch.equal(ti, torch.sort(torch.topk(sc, ti.shape[-1], dim=-1).indices, -1).values)
     qm = bsa._tile_means_reference(q.double(), VIDEO_START, S5, 64).double()
     km = bsa._tile_means_reference(k.double(), VIDEO_START, S5, 64).double()
     scores = qm @ km.transpose(-1, -2) / math.sqrt(D)
