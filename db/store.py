@@ -228,27 +228,31 @@ class Store:
         model_id: str,
         prompt: str,
         seed: int,
-        width: int,
-        height: int,
+        width: int | None,
+        height: int | None,
         duration_seconds: float,
         tier_config_hash: str,
+        aspect_ratio: str | None = None,
+        short_edge: int | None = None,
     ) -> ClipRecord | None:
         """The newest stored clip made with exactly these inputs, or None (used to reuse a baseline).
 
         ``duration_seconds`` may be the clip's actual duration or the requested (target) one: both
-        determine the frame count, so either identifies the same generation.
+        determine the frame count, so either identifies the same generation. Without a canvas (width and
+        height None: a remote server's clip, whose canvas only its MP4 tells), the requested ``aspect_ratio``
+        and ``short_edge`` recorded in the clip's sidecar identify it instead.
         Clips whose file has gone missing from disk are skipped rather than returned.
         """
         duration = normalise_duration(duration_seconds)
         low, high = duration - DURATION_TOLERANCE_S, duration + DURATION_TOLERANCE_S
+        canvas = [Clip.width == width, Clip.height == height] if width is not None else []
         query = (
             select(Clip)
             .where(
                 Clip.model_id == model_id,
                 Clip.prompt == prompt,
                 Clip.seed == seed,
-                Clip.width == width,
-                Clip.height == height,
+                *canvas,
                 Clip.tier_config_hash == tier_config_hash,
                 or_(
                     Clip.duration_seconds.between(low, high),
@@ -259,6 +263,11 @@ class Store:
         )
         rows = self._read(lambda s: list(s.scalars(query)))
         records = (convert.clip_record(r, self.data_dir) for r in rows)
+        if width is None:
+            if aspect_ratio is None or short_edge is None:
+                raise StoreError("width", "without width and height, aspect_ratio and short_edge are required")
+            records = (rec for rec in records if (rec.sidecar.get("aspect_ratio"), rec.sidecar.get("short_edge"))
+                       == (aspect_ratio, short_edge))
         return next((rec for rec in records if rec.path.is_file()), None)
 
     # -------------------------------------------------------------------------------------- video jobs

@@ -522,8 +522,7 @@ class StudioService:
         """Records first, jobs last: a job may finish at once, and its pair must already be waiting for it."""
         identity = self._baseline_identity(baseline)
         shared_id = self._inflight_baselines.get(identity)
-        # A remote clip's canvas is known only from its MP4, so only in-process baselines are looked up.
-        reusable = None if shared_id or baseline.remote else self.store.find_clip(*identity)
+        reusable = None if shared_id else self.store.find_clip(*identity)
         request = candidate.request
         target = {"duration_seconds": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
                   "short_edge": request.short_edge}
@@ -550,10 +549,12 @@ class StudioService:
         return pair
 
     def _baseline_identity(self, baseline: PlannedRequest) -> tuple:
-        """find_clip's arguments: what makes two baseline clips the same clip."""
+        """find_clip's arguments: what makes two baseline clips the same clip (a remote plan has no canvas:
+        the requested aspect ratio and short edge stand for it)."""
         request = baseline.request
         return (baseline.model_id, request.prompt, request.seed, baseline.width, baseline.height,
-                request.duration_seconds, tier_config_hash(baseline.tier_config))
+                request.duration_seconds, tier_config_hash(baseline.tier_config), request.aspect_ratio,
+                request.short_edge)
 
     def _baseline_video(self, baseline: PlannedRequest, reusable: ClipRecord | None, pair_id: str) -> tuple[str, bool]:
         """The baseline's video id and whether it needs a job: a new record (True), or (False) a completed

@@ -189,6 +189,19 @@ def test_find_clip_reuses_a_stored_baseline(store: Store) -> None:
     assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.166667, key) == clip
 
 
+def test_find_clip_without_a_canvas_matches_the_requested_aspect_and_short_edge(store: Store) -> None:
+    """A remote server's clip: the plan has no canvas, the request's aspect ratio and short edge stand for it."""
+    clip = store.put_clip(fake_mp4("remote"), sidecar(duration=5.166667, requested_duration=5, aspect_ratio="16:9",
+                                                      short_edge=32))
+    key = tier_config_hash(BASELINE_TIER)
+    assert store.find_clip(MODEL, "a red fox", 7, None, None, 5, key, "16:9", 32) == clip
+    assert store.find_clip(MODEL, "a red fox", 7, None, None, 5, key, "1:1", 32) is None
+    assert store.find_clip(MODEL, "a red fox", 7, None, None, 5, key, "16:9", 64) is None
+    with pytest.raises(StoreError) as err:
+        store.find_clip(MODEL, "a red fox", 7, None, None, 5, key)
+    assert err.value.field == "width"
+
+
 # -------------------------------------------------------------------------------------------- video jobs
 
 

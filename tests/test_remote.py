@@ -444,6 +444,14 @@ def test_pair_takes_its_clips_from_two_different_remotes(studio, servers, nano_e
     local = nano_engine.generate({"prompt": "a red kite over a beach", "seed": 21, "tier": "baseline", **TARGET})
     assert Path(view.baseline.clip_path).read_bytes() == local.mp4
 
+    # A second candidate on the same prompt reuses the stored remote baseline: only the candidate runs.
+    base_jobs = len(servers["base"].jobs())
+    again = finished_pair(studio, studio.submit_pair({"prompt": "a red kite over a beach", "seed": 21, "tier": "turbo",
+                                                      "steps": 4, "target": TARGET}).id)
+    assert again.status == "completed" and again.baseline_reused and len(servers["base"].jobs()) == base_jobs
+    assert again.baseline.clip_sha == view.baseline.clip_sha and again.baseline.engine == "remote base"
+    assert again.baseline.inference_time_s == pytest.approx(view.baseline.inference_time_s)
+
     # Reviewable like any pair: REST shows the remotes, and a verdict lands.
     client = TestClient(create_app(studio, close_on_shutdown=False))
     remotes = {row["name"]: row for row in client.get("/v1/remotes").json()["data"]}
