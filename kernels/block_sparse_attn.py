@@ -31,9 +31,13 @@ from ._common import HAS_TRITON, KernelUnavailable, interpret_mode, jit_cache_si
 # impl 1: one key loop (sink chunks and gathered tiles in one schedule, KV_TILES tiles per step); impl 2: two loops
 # (contiguous sink keys, then the gathered tiles one per step) with the mask as an additive bias; impl 3: impl 2 with
 # K/V read through tensor descriptors (TMA), the default: 12.6 ms against impl 1's 15.4 at 37,760 rows, 10% keep.
-CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 sweep, 2026-12-03
-# Top-k: ROWS score rows per program, reduced together (one 2-D radix select).
-TOPK_CONFIG = {"ROWS": 1, "num_warps": 2}
+# impl 4: impl 3 on a 1-D grid that schedules every head's dense sink query tiles first; kv_tiles 2 there = two
+# gathered 64-key tiles (128 keys) per online-softmax step.
+CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1, "lazy": 0}  # H200 sweep, 2026-12-03
+# Top-k: ROWS score rows per program, reduced together (one 2-D radix select); early_exit stops the radix rounds
+# once the kept set is determined (exact); scores "triton" takes the fp32 score product from `_scores_kernel`
+# instead of torch.matmul (cuBLAS).
+TOPK_CONFIG = {"ROWS": 1, "num_warps": 2, "early_exit": 1, "scores": "torch"}
 # Mean-pool: one program per (video tile, HB heads), RB rows per step.
 POOL_CONFIG = {"HB": 8, "RB": 2, "num_warps": 4}
 
@@ -93,11 +97,12 @@ def _tile_means_reference(x: torch.Tensor, video_start: int, valid_len: int, til
     return (sums / counts[None, :, None, None]).permute(0, 2, 1, 3).contiguous()
 
 
-def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float, topk=None) -> torch.Tensor:
+def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float, topk=None, product=None) -> torch.Tensor:
     """Scores q_mean . k_mean^T / sqrt(D) and the top-k key tiles per query tile, ascending. -> `[B, H, n, k]` long.
 
     `topk(raw_scores, k, scale)` returns ascending indices of the top-k of raw_scores * scale (fp32); default
-    torch.topk + sort (the reference), the Triton radix select on the GPU path.
+    torch.topk + sort (the reference), the Triton radix select on the GPU path. `product(qm, km)` returns the raw
+    fp32 scores qm . km^T (default torch.matmul; the GPU path may use `_scores_triton`).
     """
     n, D = qm.shape[-2], qm.shape[-1]
     k_keep = num_keep_tiles(n, keep_ratio)
@@ -108,7 +113,8 @@ def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float, topk=None
         return idx.contiguous()
     scale = 1.0 / math.sqrt(D)
     if topk is not None:  # the kernel applies the same fp32 scale itself (same rounding, one pass fewer)
-        return topk(torch.matmul(qm, km.transpose(-1, -2)), k_keep, scale)
+        raw = product(qm, km) if product is not None else torch.matmul(qm, km.transpose(-1, -2))
+        return topk(raw, k_keep, scale)
     scores = torch.matmul(qm, km.transpose(-1, -2)) * scale
     idx = torch.topk(scores, k_keep, dim=-1, sorted=False).indices
     # Ascending order walks K/V forwards in memory; the set, not the order, defines the op.
@@ -164,7 +170,8 @@ if HAS_TRITON:
 if HAS_TRITON:
 
     @triton.jit(do_not_specialize=["n", "k_keep", "n_rows"])
-    def _topk_kernel(SC, OUT, n, k_keep, n_rows, scale, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    def _topk_kernel(SC, OUT, n, k_keep, n_rows, scale, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                     EARLY_EXIT: tl.constexpr):
         # Exact top-k of ROWS score rows at once (scores = raw * scale in fp32, as the reference rounds them) by a
         # 32-step radix select on order-preserving uint32 keys, then a cumsum compaction: the kept tile numbers
         # come out ascending, so no sort is needed. Ties at the threshold are taken in index order.
@@ -180,10 +187,26 @@ if HAS_TRITON:
         key = tl.where((bits & sign) != 0, ~bits, bits | sign)
         key = tl.where(valid, key, tl.zeros_like(key))  # padding ranks below every finite score
         prefix = tl.zeros([ROWS], tl.uint32)
-        for i in tl.static_range(32):
-            cand = prefix | (one << (31 - i))
-            cnt = tl.sum((key >= cand[:, None]).to(tl.int32), axis=1)
-            prefix = tl.where(cnt >= k_keep, cand, prefix)
+        if EARLY_EXIT:
+            # Stop as soon as every row has count(key >= prefix) == k_keep: that set is then exactly the top-k
+            # (the prefix never passes the k-th largest key, and no key ties it), so the result is the 32-round
+            # one. Random fp32 scores separate the k-th and (k+1)-th key after ~10-16 of the 32 bits.
+            cntp = tl.where(rmask, BLOCK, k_keep)
+            bit = tl.full([], 1, tl.uint32) << 31
+            n_open = tl.sum((cntp != k_keep).to(tl.int32), axis=0)
+            while (bit != 0) & (n_open > 0):
+                cand = prefix | bit
+                cnt = tl.sum((key >= cand[:, None]).to(tl.int32), axis=1)
+                upd = cnt >= k_keep
+                prefix = tl.where(upd, cand, prefix)
+                cntp = tl.where(upd, cnt, cntp)
+                n_open = tl.sum((cntp != k_keep).to(tl.int32), axis=0)
+                bit = bit >> 1
+        else:
+            for i in tl.static_range(32):
+                cand = prefix | (one << (31 - i))
+                cnt = tl.sum((key >= cand[:, None]).to(tl.int32), axis=1)
+                prefix = tl.where(cnt >= k_keep, cand, prefix)
         gt = key > prefix[:, None]
         n_gt = tl.sum(gt.to(tl.int32), axis=1)
         eq = (key == prefix[:, None]) & valid
@@ -194,6 +217,38 @@ if HAS_TRITON:
                  mask=take & rmask[:, None])
 
 
+if HAS_TRITON:
+
+    @triton.jit(do_not_specialize=["n"])
+    def _scores_kernel(QM, KM, SC, n, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+        # raw[bh, i, j] = qm[bh, i] . km[bh, j], fp32-accurate through three TF32 tensor-core products (tf32x3;
+        # the IEEE FMA dot of a [64, 128] x [128, 64] block spilled and took 4.9 ms); one [BM, BN] block per program.
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        bh = tl.program_id(2).to(tl.int64)
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        offs_d = tl.arange(0, D)
+        base = bh * n * D
+        qm = tl.load(QM + base + offs_m[:, None] * D + offs_d[None, :], mask=(offs_m < n)[:, None], other=0.0)
+        km = tl.load(KM + base + offs_n[:, None] * D + offs_d[None, :], mask=(offs_n < n)[:, None], other=0.0)
+        s = tl.dot(qm, tl.trans(km), input_precision="tf32x3")
+        tl.store(SC + bh * n * n + offs_m[:, None] * n + offs_n[None, :], s,
+                 mask=(offs_m < n)[:, None] & (offs_n < n)[None, :])
+
+
+def _scores_triton(qm: torch.Tensor, km: torch.Tensor) -> torch.Tensor:
+    """qm @ km^T per (batch, head) in fp32: `[B, H, n, D]` x2 -> `[B, H, n, n]` (a Triton kernel, not cuBLAS)."""
+    B, H, n, D = qm.shape
+    qm, km = qm.contiguous(), km.contiguous()
+    sc = torch.empty(B, H, n, n, device=qm.device, dtype=torch.float32)
+    bm = 64 if n >= 64 else max(16, triton.next_power_of_2(n))
+    if n:
+        _scores_kernel[(triton.cdiv(n, bm), triton.cdiv(n, bm), B * H)](qm, km, sc, n, D=D, BM=bm, BN=bm,
+                                                                         num_warps=4)
+    return sc
+
+
 def _topk_triton(scores: torch.Tensor, k_keep: int, scale: float = 1.0) -> torch.Tensor:
     """Ascending indices of the k largest entries of each row of scores * scale `[..., n]` (fp32) -> `[..., k]`."""
     n = scores.shape[-1]
@@ -202,7 +257,7 @@ def _topk_triton(scores: torch.Tensor, k_keep: int, scale: float = 1.0) -> torch
     rows = TOPK_CONFIG["ROWS"]
     _topk_kernel[(triton.cdiv(flat.shape[0], rows),)](
         flat, out, n, k_keep, flat.shape[0], float(scale), BLOCK=max(16, triton.next_power_of_2(n)), ROWS=rows,
-        num_warps=TOPK_CONFIG["num_warps"],
+        EARLY_EXIT=bool(TOPK_CONFIG.get("early_exit", 0)), num_warps=TOPK_CONFIG["num_warps"],
     )
     return out.view(*scores.shape[:-1], k_keep)
 
@@ -228,8 +283,8 @@ def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile
 
     n_q_tiles = ceil((valid_len - video_start) / tile); k = max(1, ceil(keep_ratio * n_q_tiles)); indices are
     ascending video-tile numbers (tile i = rows video_start + i*tile ...). CUDA pools with a Triton kernel, takes
-    the scores (a tiny [n, D] x [D, n] fp32 product per head) from torch.matmul and the top-k from a Triton radix
-    select that also applies the 1/sqrt(D) scale.
+    the scores (a tiny [n, D] x [D, n] fp32 product per head) from a Triton kernel (or torch.matmul, per
+    TOPK_CONFIG["scores"]) and the top-k from a Triton radix select that also applies the 1/sqrt(D) scale.
     """
     _check_layout(q, video_start, valid_len, tile)
     if _triton_path(q):
@@ -239,7 +294,8 @@ def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile
         if k.stride(-1) != 1:
             k = k.contiguous()
         qm, km = _tile_means_triton(q, k, video_start, valid_len, tile)
-        return _topk_tiles(qm, km, keep_ratio, topk=_topk_triton)
+        product = _scores_triton if TOPK_CONFIG.get("scores") == "triton" else None
+        return _topk_tiles(qm, km, keep_ratio, topk=_topk_triton, product=product)
     return select_tiles_reference(q, k, video_start, valid_len, keep_ratio, tile)
 
 
@@ -543,12 +599,168 @@ if HAS_TRITON:
                  out.to(O.dtype.element_ty), mask=smask)
 
 
+if HAS_TRITON:
+
+    @triton.jit
+    def _bsa_step_lazy(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr):
+        # _bsa_step, but the running max (and with it acc and l) is only moved when some row's max grew by more
+        # than 8 (log2 units): p = exp2(s - m) then stays <= 256, and acc, l and the final acc / l all use the same
+        # stale m, so the result is the same softmax (FA4's conditional rescale). Saves the [TILE, D] rescale on
+        # almost every step.
+        if FP32_DOT:
+            s = tl.dot(q.to(tl.float32), tl.trans(kt.to(tl.float32)), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(kt))
+        s = s * qk_scale + bias[None, :]
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        if tl.max(m_new - m_i, axis=0) > 8.0:
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha
+            acc = acc * alpha[:, None]
+            m_i = m_new
+        p = tl.math.exp2(s - m_i[:, None])
+        l_i = l_i + tl.sum(p, axis=1)
+        if FP32_DOT:
+            acc = tl.dot(p, vt.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(vt.dtype), vt, acc)
+        return m_i, l_i, acc
+
+    @triton.jit
+    def _bsa_step1(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr, LAZY: tl.constexpr):
+        if LAZY:
+            m_i, l_i, acc = _bsa_step_lazy(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
+        else:
+            m_i, l_i, acc = _bsa_step(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
+        return m_i, l_i, acc
+
+    @triton.jit
+    def _bsa_step2(q, k0, v0, k1, v1, bias0, bias1, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr):
+        # Two [BLOCK_N, D] key/value blocks (128 keys) in one online-softmax update: one max, one rescale of acc
+        # and two chained dots per 128 keys instead of per 64.
+        if FP32_DOT:
+            s0 = tl.dot(q.to(tl.float32), tl.trans(k0.to(tl.float32)), input_precision="ieee")
+            s1 = tl.dot(q.to(tl.float32), tl.trans(k1.to(tl.float32)), input_precision="ieee")
+        else:
+            s0 = tl.dot(q, tl.trans(k0))
+            s1 = tl.dot(q, tl.trans(k1))
+        s0 = s0 * qk_scale + bias0[None, :]
+        s1 = s1 * qk_scale + bias1[None, :]
+        m_new = tl.maximum(m_i, tl.maximum(tl.max(s0, axis=1), tl.max(s1, axis=1)))
+        alpha = tl.math.exp2(m_i - m_new)
+        p0 = tl.math.exp2(s0 - m_new[:, None])
+        p1 = tl.math.exp2(s1 - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p0, axis=1) + tl.sum(p1, axis=1)
+        acc = acc * alpha[:, None]
+        if FP32_DOT:
+            acc = tl.dot(p0, v0.to(tl.float32), acc, input_precision="ieee")
+            acc = tl.dot(p1, v1.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(p0.to(v0.dtype), v0, acc)
+            acc = tl.dot(p1.to(v1.dtype), v1, acc)
+        return m_new, l_i, acc
+
+    @triton.jit(do_not_specialize=["S", "video_start", "valid_len", "n_sink_qt", "n_total_qt", "n_vid_tiles",
+                                   "k_keep", "stride_ib", "stride_ih", "stride_it"])
+    def _bsa_fwd4_kernel(
+        Q, K_desc, V_desc, O, IDX,
+        stride_qb, stride_qs, stride_qh,
+        stride_ob, stride_os, stride_oh,
+        stride_ib, stride_ih, stride_it,
+        H, BH, S, video_start, valid_len, n_sink_qt, n_total_qt, n_vid_tiles, k_keep, qk_scale,
+        TILE: tl.constexpr, D: tl.constexpr, FP32_DOT: tl.constexpr, STAGES: tl.constexpr, PAIRS: tl.constexpr,
+        LAZY: tl.constexpr,
+    ):
+        # _bsa_fwd3_kernel (same semantics, TMA K/V) on a 1-D grid that runs the dense sink query tiles of *every*
+        # head first (they are ~9x longer than a video tile; on the 2-D grid the last heads' sink tiles started
+        # near the end and ran alone), then each head's video tiles in order (one head's K/V stays hot in L2).
+        # PAIRS: two key tiles (128 keys) per online-softmax step in both key loops, an odd tile done alone.
+        # LAZY: single-tile steps move the running max only when it grew by > 8 (log2 units); see _bsa_step_lazy.
+        pid = tl.program_id(0)
+        n_sink_prog = n_sink_qt * BH
+        in_sink = pid < n_sink_prog
+        rest = tl.maximum(pid - n_sink_prog, 0)
+        n_rest = tl.maximum(n_total_qt - n_sink_qt, 1)
+        pid_bh = tl.where(in_sink, pid // tl.maximum(n_sink_qt, 1), rest // n_rest)
+        pid_t = tl.where(in_sink, pid % tl.maximum(n_sink_qt, 1), n_sink_qt + rest % n_rest)
+        b = pid_bh // H
+        h = pid_bh % H
+        offs_m = tl.arange(0, TILE)
+        offs_d = tl.arange(0, D)
+
+        is_sink_q = pid_t < n_sink_qt
+        vt = pid_t - n_sink_qt
+        q_start = tl.where(is_sink_q, pid_t * TILE, video_start + vt * TILE)
+        q_lim = tl.where(is_sink_q, video_start, valid_len)
+        rows = (q_start + offs_m).to(tl.int64)
+        qmask = rows < q_lim
+        q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :],
+                    mask=qmask[:, None], other=0.0)
+
+        live = vt < n_vid_tiles
+        first_lim = tl.where(is_sink_q, valid_len, video_start)
+        n_first = tl.where(live, tl.cdiv(first_lim, TILE), 0)
+        n_gather = tl.where(live & (vt >= 0), k_keep, 0)
+        idx_base = IDX + b.to(tl.int64) * stride_ib + h * stride_ih \
+            + tl.maximum(tl.minimum(vt, n_vid_tiles - 1), 0) * stride_it
+
+        m_i = tl.full([TILE], -1.0e30, tl.float32)
+        l_i = tl.zeros([TILE], tl.float32)
+        acc = tl.zeros([TILE, D], tl.float32)
+        offs_n = tl.arange(0, TILE)
+        hd = h * D
+        n_first_single = 0
+        if PAIRS:  # constexpr: without PAIRS the pair loops are not compiled at all
+            n_first_single = 2 * (n_first // 2)
+            for j in tl.range(0, n_first // 2, num_stages=STAGES):
+                r0 = 2 * j * TILE
+                r1 = r0 + TILE
+                k0 = K_desc.load([b, r0, hd]).reshape(TILE, D)
+                v0 = V_desc.load([b, r0, hd]).reshape(TILE, D)
+                k1 = K_desc.load([b, r1, hd]).reshape(TILE, D)
+                v1 = V_desc.load([b, r1, hd]).reshape(TILE, D)
+                bias0 = tl.where(r0 + offs_n < first_lim, 0.0, float("-inf"))
+                bias1 = tl.where(r1 + offs_n < first_lim, 0.0, float("-inf"))
+                m_i, l_i, acc = _bsa_step2(q, k0, v0, k1, v1, bias0, bias1, m_i, l_i, acc, qk_scale, FP32_DOT)
+        for j in tl.range(n_first_single, n_first, num_stages=STAGES):
+            r0 = j * TILE
+            kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
+            vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
+            bias = tl.where(r0 + offs_n < first_lim, 0.0, float("-inf"))
+            m_i, l_i, acc = _bsa_step1(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, LAZY)
+        n_gather_single = 0
+        if PAIRS:
+            n_gather_single = 2 * (n_gather // 2)
+            for e in tl.range(0, n_gather // 2, num_stages=STAGES):
+                r0 = video_start + tl.load(idx_base + 2 * e).to(tl.int32) * TILE
+                r1 = video_start + tl.load(idx_base + 2 * e + 1).to(tl.int32) * TILE
+                k0 = K_desc.load([b, r0, hd]).reshape(TILE, D)
+                v0 = V_desc.load([b, r0, hd]).reshape(TILE, D)
+                k1 = K_desc.load([b, r1, hd]).reshape(TILE, D)
+                v1 = V_desc.load([b, r1, hd]).reshape(TILE, D)
+                bias0 = tl.where(r0 + offs_n < valid_len, 0.0, float("-inf"))
+                bias1 = tl.where(r1 + offs_n < valid_len, 0.0, float("-inf"))
+                m_i, l_i, acc = _bsa_step2(q, k0, v0, k1, v1, bias0, bias1, m_i, l_i, acc, qk_scale, FP32_DOT)
+        for e in tl.range(n_gather_single, n_gather, num_stages=STAGES):
+            r0 = video_start + tl.load(idx_base + e).to(tl.int32) * TILE
+            kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
+            vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
+            bias = tl.where(r0 + offs_n < valid_len, 0.0, float("-inf"))
+            m_i, l_i, acc = _bsa_step1(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, LAZY)
+
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
+        smask = (rows < tl.where(is_sink_q, video_start, S))[:, None]
+        tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_os + offs_d[None, :],
+                 out.to(O.dtype.element_ty), mask=smask)
+
+
 def kernel_compile_count() -> int:
     """Distinct Triton specialisations compiled in-process by this module (0 under the interpreter)."""
     if not HAS_TRITON:
         return 0
     return (jit_cache_size(_bsa_fwd_kernel) + jit_cache_size(_bsa_fwd2_kernel) + jit_cache_size(_bsa_fwd3_kernel)
-            + jit_cache_size(_tile_mean_kernel)
+            + jit_cache_size(_bsa_fwd4_kernel) + jit_cache_size(_tile_mean_kernel) + jit_cache_size(_scores_kernel)
             + jit_cache_size(_topk_kernel))
 
 
@@ -594,7 +806,7 @@ def _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices):
     # fp32 inputs want IEEE dots (not tf32). Triton 3.9's CPU interpreter computes bf16 x bf16 tl.dot wrongly
     # (checked 2026-12-02: errors ~1e10), so interpreted runs upcast the operands as well.
     fp32_dot = q.dtype == torch.float32 or not q.is_cuda
-    if CONFIG.get("impl", 1) == 3:
+    if CONFIG.get("impl", 1) in (3, 4):
         # K/V through tensor descriptors [B, valid_len, H*D]; valid_len is descriptor data, not a compile key.
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -614,6 +826,11 @@ def _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices):
         )
         kwargs = dict(TILE=tile, D=D, FP32_DOT=fp32_dot, STAGES=CONFIG["num_stages"], IMPL3=True,
                       num_warps=CONFIG["num_warps"])
+        if CONFIG["impl"] == 4:  # 1-D grid, sink query tiles of every head first; kv_tiles 2 = 128-key steps
+            args = args[:15] + (B * H,) + args[15:19] + (n_total_qt,) + args[19:]
+            kwargs.update(IMPL3=False, IMPL4=True, PAIRS=CONFIG.get("kv_tiles", 1) == 2,
+                          LAZY=bool(CONFIG.get("lazy", 0)))
+            return (n_total_qt * B * H,), args, kwargs
     elif CONFIG.get("impl", 1) == 2:
         kwargs = dict(TILE=tile, D=D, FP32_DOT=fp32_dot, STAGES=CONFIG["num_stages"], num_warps=CONFIG["num_warps"])
     else:
@@ -626,7 +843,10 @@ def _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices):
     launch = _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices)
     if launch is not None:
         grid, args, kwargs = launch
-        if kwargs.pop("IMPL3", False):
+        impl3, impl4 = kwargs.pop("IMPL3", False), kwargs.pop("IMPL4", False)
+        if impl4:
+            kernel = _bsa_fwd4_kernel
+        elif impl3:
             kernel = _bsa_fwd3_kernel
         else:
             kernel = _bsa_fwd2_kernel if "STAGES" in kwargs else _bsa_fwd_kernel

@@ -11,6 +11,7 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 os.environ["H3_KERNELS_INTERPRET"] = "1"
 
+import itertools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
@@ -138,12 +139,20 @@ def layout(S, video_start, valid_len, H=2, D=32, dtype=torch.float32, poison_pad
 @check("select_tiles")
 def _():
     out = []
-    for S, vs, vl, keep in ((300, 20, 270, 0.3), (256, 0, 256, 0.5), (200, 37, 199, 0.1)):
+    saved = dict(bsa.TOPK_CONFIG)
+    for (S, vs, vl, keep), scores in itertools.product(((300, 20, 270, 0.3), (256, 0, 256, 0.5),
+                                                        (200, 37, 199, 0.1)), ("torch", "triton")):
+        bsa.TOPK_CONFIG["scores"] = scores
         q, k, _ = layout(S, vs, vl)
         got = bsa.select_tiles(q, k, vs, vl, keep, tile=16)
         ref = bsa.select_tiles_reference(q, k, vs, vl, keep, tile=16)
         n = bsa.num_video_tiles(vs, vl, 16)
         assert got.shape == (1, 2, n, bsa.num_keep_tiles(n, keep)) and got.dtype == torch.long
+        if scores == "triton":  # exact against torch's top-k of the Triton score product (its own fp32 rounding)
+            qm, km = bsa._tile_means_triton(q, k, vs, vl, 16)
+            raw = bsa._scores_triton(qm, km)
+            assert (raw - qm @ km.transpose(-1, -2)).abs().max() < 1e-5
+            ref = torch.sort(torch.topk(raw * (1 / math.sqrt(q.shape[-1])), got.shape[-1], -1).indices, -1).values
         assert torch.equal(got, ref), "selection differs from reference"
         # brute force: the kept set is the top-k of mean(q).mean(k)
         qm = torch.stack([q[0, vs + i * 16: min(vs + (i + 1) * 16, vl)].double().mean(0) for i in range(n)], 1)
@@ -153,14 +162,17 @@ def _():
         chosen = sc.gather(-1, got[0])
         assert (chosen >= kth - 1e-5).all()
         out.append(list(got.shape))
+    bsa.TOPK_CONFIG.clear()
+    bsa.TOPK_CONFIG.update(saved)
     return out
 
 
 @check("topk_radix_select")
 def _():
     saved = dict(bsa.TOPK_CONFIG)
-    for n, k_, rows in ((583, 59, 1), (20, 3, 2), (16, 16, 1), (7, 1, 8), (100, 37, 4), (583, 59, 16)):
-        bsa.TOPK_CONFIG["ROWS"] = rows
+    for (n, k_, rows), ee in itertools.product(((583, 59, 1), (20, 3, 2), (16, 16, 1), (7, 1, 8), (100, 37, 4),
+                                                (583, 59, 16)), (0, 1)):
+        bsa.TOPK_CONFIG.update(ROWS=rows, early_exit=ee)
         sc = fresh(2, 3, 5, n)  # 30 rows: the last program of ROWS 4, 8, 16 is partly empty
         got = bsa._topk_triton(sc, k_)
         ref = torch.sort(torch.topk(sc, k_, dim=-1).indices, -1).values
@@ -171,7 +183,9 @@ def _():
         assert torch.equal(got, ref), (n, k_, rows, "scaled")
     tie = torch.zeros(1, 1, 2, 10)
     tie[..., 3] = 1.0
-    assert bsa._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]]  # ties at the threshold: index order
+    for ee in (0, 1):
+        bsa.TOPK_CONFIG.update(ROWS=1, early_exit=ee)
+        assert bsa._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]]  # ties at the threshold: index order
     bsa.TOPK_CONFIG.update(saved)
     return "exact"
 
@@ -201,11 +215,14 @@ def _():
              (320, 23, 290, 0.3, torch.bfloat16, 2e-2, 2), (320, 23, 300, 0.25, torch.float32, 1e-5, 1),
              (336, 40, 330, 0.2, torch.float32, 1e-5, 1))
     # every kernel variant the GPU sweep may pick: impl 1 with one or two key tiles per step, impl 2 (two
-    # loops), impl 3 (two loops, K/V through tensor descriptors)
-    cases = [c + (1,) for c in cases] + [c[:6] + (1, impl) for c in cases for impl in (2, 3)]
+    # loops), impl 3 (two loops, K/V through tensor descriptors), impl 4 (impl 3 on a sink-first 1-D grid, with
+    # one or two key tiles per step)
+    cases = ([c + (1,) for c in cases] + [c[:6] + (1, impl) for c in cases for impl in (2, 3)]
+             + [c[:6] + (kv, 4) for c in cases for kv in (1, 2)])  # impl 4: sink-first 1-D grid, 128-key steps
+    cases = [c + (0,) for c in cases] + [c[:6] + (kv, 4, 1) for c in cases[:5] for kv in (1, 2)]  # + lazy rescale
     saved = dict(bsa.CONFIG)
-    for S, vs, vl, keep, dtype, tol, kv_tiles, impl in cases:
-        bsa.CONFIG.update(kv_tiles=kv_tiles, impl=impl)
+    for S, vs, vl, keep, dtype, tol, kv_tiles, impl, lazy in cases:
+        bsa.CONFIG.update(kv_tiles=kv_tiles, impl=impl, lazy=lazy)
         q, k, v = layout(S, vs, vl, dtype=dtype)
         ti = bsa.select_tiles_reference(q, k, vs, vl, keep, 16)
         o = torch.full_like(q, float("nan"))  # poison: every element must be written
