@@ -262,6 +262,8 @@ class RemoteServer:
             self._mark(False, f"unreachable: {_describe(error)}")
             return self.health
         with self._lock:
+            if self.health.ok is False:
+                log.info("%s is healthy again", self.label)
             self.health = Health(ok=True, checked_at=now, next_check=now + self.retry_s,
                                  model=str(info.get("model_path") or info.get("model") or "unknown"),
                                  model_id=str(info.get("model_id") or info.get("model_path") or info.get("model")
@@ -282,7 +284,7 @@ class RemoteServer:
     def _mark(self, ok: bool, error: str | None) -> None:
         now = time.monotonic()
         with self._lock:
-            if not ok:
+            if not ok and self.health.ok is not False:  # log the change, not every failed re-probe
                 log.warning("%s is unhealthy: %s", self.label, error)
             self.health = Health(ok=ok, error=error, checked_at=now, next_check=now + self.retry_s,
                                  model=self.health.model, model_id=self.health.model_id)
