@@ -28,16 +28,15 @@ import torch
 from ._common import HAS_TRITON, KernelUnavailable, interpret_mode, jit_cache_size, tl, triton
 
 # Launch configuration of the attention kernel; bench/kernels.py sweeps it on the H200.
-# impl 1: one key loop (sink chunks and gathered tiles in one schedule, KV_TILES tiles per step); impl 2: two loops
-# (contiguous sink keys, then the gathered tiles one per step) with the mask as an additive bias; impl 3: impl 2 with
-# K/V read through tensor descriptors (TMA), the default: 12.6 ms against impl 1's 15.4 at 37,760 rows, 10% keep.
-# impl 4: impl 3 on a 1-D grid that schedules every head's dense sink query tiles first; kv_tiles 2 there = two
-# gathered 64-key tiles (128 keys) per online-softmax step.
-CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1, "lazy": 0}  # H200 sweep, 2026-12-03
+# impl 3 (the default): two key loops (contiguous sink keys, then the gathered tiles) with K/V read through tensor
+# descriptors (TMA): 12.6 ms against impl 1's 15.4 in one run at 37,760 rows, 10% keep. impl 1: one key loop over
+# pointer loads, kept as the portable kernel that needs no tensor descriptors; kv_tiles 2 (impl 1 only) takes two
+# gathered tiles per step. A second two-loop pointer kernel and a sink-first 1-D grid with 128-key steps and a lazy
+# rescale were measured slower than impl 3 on the H200 (2026-12-03) and removed.
+CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 sweep, 2026-12-03
 # Top-k: ROWS score rows per program, reduced together (one 2-D radix select); early_exit stops the radix rounds
-# once the kept set is determined (exact); scores "triton" takes the fp32 score product from `_scores_kernel`
-# instead of torch.matmul (cuBLAS).
-TOPK_CONFIG = {"ROWS": 1, "num_warps": 2, "early_exit": 1, "scores": "torch"}
+# once the kept set is determined (exact).
+TOPK_CONFIG = {"ROWS": 1, "num_warps": 2, "early_exit": 1}
 # Mean-pool: one program per (video tile, HB heads), RB rows per step.
 POOL_CONFIG = {"HB": 8, "RB": 2, "num_warps": 4}
 
@@ -97,12 +96,11 @@ def _tile_means_reference(x: torch.Tensor, video_start: int, valid_len: int, til
     return (sums / counts[None, :, None, None]).permute(0, 2, 1, 3).contiguous()
 
 
-def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float, topk=None, product=None) -> torch.Tensor:
+def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float, kernels: bool = False) -> torch.Tensor:
     """Scores q_mean . k_mean^T / sqrt(D) and the top-k key tiles per query tile, ascending. -> `[B, H, n, k]` long.
 
-    `topk(raw_scores, k, scale)` returns ascending indices of the top-k of raw_scores * scale (fp32); default
-    torch.topk + sort (the reference), the Triton radix select on the GPU path. `product(qm, km)` returns the raw
-    fp32 scores qm . km^T (default torch.matmul; the GPU path may use `_scores_triton`).
+    The reference (kernels=False) is torch.matmul, torch.topk and a sort. kernels=True (the GPU path) takes the raw
+    fp32 scores from `_scores_triton` and the top-k from `_topk_triton`, which returns them ascending.
     """
     n, D = qm.shape[-2], qm.shape[-1]
     k_keep = num_keep_tiles(n, keep_ratio)
@@ -112,9 +110,8 @@ def _topk_tiles(qm: torch.Tensor, km: torch.Tensor, keep_ratio: float, topk=None
         idx = torch.arange(n, device=qm.device).expand(*qm.shape[:2], n, n)
         return idx.contiguous()
     scale = 1.0 / math.sqrt(D)
-    if topk is not None:  # the kernel applies the same fp32 scale itself (same rounding, one pass fewer)
-        raw = product(qm, km) if product is not None else torch.matmul(qm, km.transpose(-1, -2))
-        return topk(raw, k_keep, scale)
+    if kernels:  # the top-k kernel applies the same fp32 scale itself (same rounding, one pass fewer)
+        return _topk_triton(_scores_triton(qm, km), k_keep, scale)
     scores = torch.matmul(qm, km.transpose(-1, -2)) * scale
     idx = torch.topk(scores, k_keep, dim=-1, sorted=False).indices
     # Ascending order walks K/V forwards in memory; the set, not the order, defines the op.
@@ -283,8 +280,9 @@ def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile
 
     n_q_tiles = ceil((valid_len - video_start) / tile); k = max(1, ceil(keep_ratio * n_q_tiles)); indices are
     ascending video-tile numbers (tile i = rows video_start + i*tile ...). CUDA pools with a Triton kernel, takes
-    the scores (a tiny [n, D] x [D, n] fp32 product per head) from a Triton kernel (or torch.matmul, per
-    TOPK_CONFIG["scores"]) and the top-k from a Triton radix select that also applies the 1/sqrt(D) scale.
+    the scores (a tiny [n, D] x [D, n] fp32 product per head) from a Triton tf32x3 kernel (faster than cuBLAS at
+    this size: 0.131 vs 0.180 ms at 37,760 rows) and the top-k from a Triton radix select that also applies the
+    1/sqrt(D) scale.
     """
     _check_layout(q, video_start, valid_len, tile)
     if _triton_path(q):
@@ -294,8 +292,7 @@ def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile
         if k.stride(-1) != 1:
             k = k.contiguous()
         qm, km = _tile_means_triton(q, k, video_start, valid_len, tile)
-        product = _scores_triton if TOPK_CONFIG.get("scores") == "triton" else None
-        return _topk_tiles(qm, km, keep_ratio, topk=_topk_triton, product=product)
+        return _topk_tiles(qm, km, keep_ratio, kernels=True)
     return select_tiles_reference(q, k, video_start, valid_len, keep_ratio, tile)
 
 
@@ -391,7 +388,7 @@ if HAS_TRITON:
 
         # Key schedule: "first" chunks are contiguous from row 0 up to first_lim (all valid keys for a sink query
         # tile, the sink keys for a video tile); then the k_keep gathered video tiles from IDX, KV_TILES per step
-        # (two 64-row tiles make one 128-wide dot, which keeps Hopper's tensor cores busier than 64).
+        # (two 64-row tiles make one 128-wide dot; on the H200 that spills registers and is slower than one).
         BLOCK_N: tl.constexpr = TILE * KV_TILES
         offs_n = tl.arange(0, BLOCK_N)
         n_first = tl.where(is_sink_q, tl.cdiv(valid_len, BLOCK_N), tl.cdiv(video_start, BLOCK_N))
@@ -470,74 +467,6 @@ if HAS_TRITON:
 
     @triton.jit(do_not_specialize=["S", "video_start", "valid_len", "n_sink_qt", "n_vid_tiles", "k_keep",
                                    "stride_ib", "stride_ih", "stride_it"])
-    def _bsa_fwd2_kernel(
-        Q, K, V, O, IDX,
-        stride_qb, stride_qs, stride_qh,
-        stride_kb, stride_ks, stride_kh,
-        stride_vb, stride_vs, stride_vh,
-        stride_ob, stride_os, stride_oh,
-        stride_ib, stride_ih, stride_it,
-        H, S, video_start, valid_len, n_sink_qt, n_vid_tiles, k_keep, qk_scale,
-        TILE: tl.constexpr, D: tl.constexpr, FP32_DOT: tl.constexpr, STAGES: tl.constexpr,
-    ):
-        # Same grid, schedule and semantics as _bsa_fwd_kernel with KV_TILES=1, as two loops: the contiguous keys
-        # (all valid keys for a sink query tile, the sink keys for a video tile), then the k_keep gathered video
-        # tiles. Neither loop carries a branch on which phase it is in.
-        pid_t = tl.program_id(0)
-        pid_bh = tl.program_id(1)
-        b = (pid_bh // H).to(tl.int64)
-        h = pid_bh % H
-        offs_m = tl.arange(0, TILE)
-        offs_d = tl.arange(0, D)
-
-        is_sink_q = pid_t < n_sink_qt
-        vt = pid_t - n_sink_qt
-        q_start = tl.where(is_sink_q, pid_t * TILE, video_start + vt * TILE)
-        q_lim = tl.where(is_sink_q, video_start, valid_len)
-        rows = (q_start + offs_m).to(tl.int64)
-        qmask = rows < q_lim
-        q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :],
-                    mask=qmask[:, None], other=0.0)
-
-        live = vt < n_vid_tiles  # false for query tiles that are all padding: they only write zeros
-        first_lim = tl.where(is_sink_q, valid_len, video_start)
-        n_first = tl.where(live, tl.cdiv(first_lim, TILE), 0)
-        n_gather = tl.where(live & (vt >= 0), k_keep, 0)
-        idx_base = IDX + b * stride_ib + h * stride_ih + tl.maximum(tl.minimum(vt, n_vid_tiles - 1), 0) * stride_it
-
-        m_i = tl.full([TILE], -1.0e30, tl.float32)
-        l_i = tl.zeros([TILE], tl.float32)
-        acc = tl.zeros([TILE, D], tl.float32)
-        k_base = K + b * stride_kb + h * stride_kh
-        v_base = V + b * stride_vb + h * stride_vh
-        offs_n = tl.arange(0, TILE)
-        for j in tl.range(0, n_first, num_stages=STAGES):
-            cols = j * TILE + offs_n
-            kmask = cols < first_lim
-            kt = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=kmask[:, None], other=0.0)
-            vv = tl.load(v_base + cols[:, None] * stride_vs + offs_d[None, :], mask=kmask[:, None], other=0.0)
-            bias = tl.where(kmask, 0.0, float("-inf"))
-            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
-        for e in tl.range(0, n_gather, num_stages=STAGES):
-            t = tl.load(idx_base + e)
-            cols = video_start + t * TILE + offs_n
-            kmask = cols < valid_len  # only the last, partial video tile has dead rows
-            kt = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=kmask[:, None], other=0.0)
-            vv = tl.load(v_base + cols[:, None] * stride_vs + offs_d[None, :], mask=kmask[:, None], other=0.0)
-            bias = tl.where(kmask, 0.0, float("-inf"))
-            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
-
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
-        smask = (rows < tl.where(is_sink_q, video_start, S))[:, None]
-        tl.store(O + b * stride_ob + h * stride_oh + rows[:, None] * stride_os + offs_d[None, :],
-                 out.to(O.dtype.element_ty), mask=smask)
-
-
-if HAS_TRITON:
-
-    @triton.jit(do_not_specialize=["S", "video_start", "valid_len", "n_sink_qt", "n_vid_tiles", "k_keep",
-                                   "stride_ib", "stride_ih", "stride_it"])
     def _bsa_fwd3_kernel(
         Q, K_desc, V_desc, O, IDX,
         stride_qb, stride_qs, stride_qh,
@@ -546,10 +475,12 @@ if HAS_TRITON:
         H, S, video_start, valid_len, n_sink_qt, n_vid_tiles, k_keep, qk_scale,
         TILE: tl.constexpr, D: tl.constexpr, FP32_DOT: tl.constexpr, STAGES: tl.constexpr,
     ):
-        # _bsa_fwd2_kernel with K and V read through tensor descriptors (Hopper's bulk tensor copy engine) of shape
-        # [B, valid_len, H * D]: no [TILE, D] pointer tensors in registers (the pointer version spills), the loads
-        # are pipelined into shared memory, and rows at or past valid_len arrive as zeros, so padding garbage can
-        # not leak. Each 64-row key tile is one [1, TILE, D] box at (b, first row, h * D).
+        # Same grid and semantics as _bsa_fwd_kernel with KV_TILES=1, as two loops without a branch on the phase:
+        # the contiguous keys (all valid keys for a sink query tile, the sink keys for a video tile), then the
+        # k_keep gathered video tiles. K and V come through tensor descriptors (Hopper's bulk tensor copy engine) of
+        # shape [B, valid_len, H * D]: no [TILE, D] pointer tensors in registers (_bsa_fwd_kernel's spill), the
+        # loads are pipelined into shared memory, and rows at or past valid_len arrive as zeros, so padding garbage
+        # can not leak. Each 64-row key tile is one [1, TILE, D] box at (b, first row, h * D).
         pid_t = tl.program_id(0)
         pid_bh = tl.program_id(1)
         b = pid_bh // H
@@ -599,169 +530,12 @@ if HAS_TRITON:
                  out.to(O.dtype.element_ty), mask=smask)
 
 
-if HAS_TRITON:
-
-    @triton.jit
-    def _bsa_step_lazy(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr):
-        # _bsa_step, but the running max (and with it acc and l) is only moved when some row's max grew by more
-        # than 8 (log2 units): p = exp2(s - m) then stays <= 256, and acc, l and the final acc / l all use the same
-        # stale m, so the result is the same softmax (FA4's conditional rescale). Saves the [TILE, D] rescale on
-        # almost every step.
-        if FP32_DOT:
-            s = tl.dot(q.to(tl.float32), tl.trans(kt.to(tl.float32)), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(kt))
-        s = s * qk_scale + bias[None, :]
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        if tl.max(m_new - m_i, axis=0) > 8.0:
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha
-            acc = acc * alpha[:, None]
-            m_i = m_new
-        p = tl.math.exp2(s - m_i[:, None])
-        l_i = l_i + tl.sum(p, axis=1)
-        if FP32_DOT:
-            acc = tl.dot(p, vt.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(vt.dtype), vt, acc)
-        return m_i, l_i, acc
-
-    @triton.jit
-    def _bsa_step1(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr, LAZY: tl.constexpr):
-        if LAZY:
-            m_i, l_i, acc = _bsa_step_lazy(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
-        else:
-            m_i, l_i, acc = _bsa_step(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
-        return m_i, l_i, acc
-
-    @triton.jit
-    def _bsa_step2(q, k0, v0, k1, v1, bias0, bias1, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr):
-        # Two [BLOCK_N, D] key/value blocks (128 keys) in one online-softmax update: one max, one rescale of acc
-        # and two chained dots per 128 keys instead of per 64.
-        if FP32_DOT:
-            s0 = tl.dot(q.to(tl.float32), tl.trans(k0.to(tl.float32)), input_precision="ieee")
-            s1 = tl.dot(q.to(tl.float32), tl.trans(k1.to(tl.float32)), input_precision="ieee")
-        else:
-            s0 = tl.dot(q, tl.trans(k0))
-            s1 = tl.dot(q, tl.trans(k1))
-        s0 = s0 * qk_scale + bias0[None, :]
-        s1 = s1 * qk_scale + bias1[None, :]
-        m_new = tl.maximum(m_i, tl.maximum(tl.max(s0, axis=1), tl.max(s1, axis=1)))
-        alpha = tl.math.exp2(m_i - m_new)
-        p0 = tl.math.exp2(s0 - m_new[:, None])
-        p1 = tl.math.exp2(s1 - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p0, axis=1) + tl.sum(p1, axis=1)
-        acc = acc * alpha[:, None]
-        if FP32_DOT:
-            acc = tl.dot(p0, v0.to(tl.float32), acc, input_precision="ieee")
-            acc = tl.dot(p1, v1.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(p0.to(v0.dtype), v0, acc)
-            acc = tl.dot(p1.to(v1.dtype), v1, acc)
-        return m_new, l_i, acc
-
-    @triton.jit(do_not_specialize=["S", "video_start", "valid_len", "n_sink_qt", "n_total_qt", "n_vid_tiles",
-                                   "k_keep", "stride_ib", "stride_ih", "stride_it"])
-    def _bsa_fwd4_kernel(
-        Q, K_desc, V_desc, O, IDX,
-        stride_qb, stride_qs, stride_qh,
-        stride_ob, stride_os, stride_oh,
-        stride_ib, stride_ih, stride_it,
-        H, BH, S, video_start, valid_len, n_sink_qt, n_total_qt, n_vid_tiles, k_keep, qk_scale,
-        TILE: tl.constexpr, D: tl.constexpr, FP32_DOT: tl.constexpr, STAGES: tl.constexpr, PAIRS: tl.constexpr,
-        LAZY: tl.constexpr,
-    ):
-        # _bsa_fwd3_kernel (same semantics, TMA K/V) on a 1-D grid that runs the dense sink query tiles of *every*
-        # head first (they are ~9x longer than a video tile; on the 2-D grid the last heads' sink tiles started
-        # near the end and ran alone), then each head's video tiles in order (one head's K/V stays hot in L2).
-        # PAIRS: two key tiles (128 keys) per online-softmax step in both key loops, an odd tile done alone.
-        # LAZY: single-tile steps move the running max only when it grew by > 8 (log2 units); see _bsa_step_lazy.
-        pid = tl.program_id(0)
-        n_sink_prog = n_sink_qt * BH
-        in_sink = pid < n_sink_prog
-        rest = tl.maximum(pid - n_sink_prog, 0)
-        n_rest = tl.maximum(n_total_qt - n_sink_qt, 1)
-        pid_bh = tl.where(in_sink, pid // tl.maximum(n_sink_qt, 1), rest // n_rest)
-        pid_t = tl.where(in_sink, pid % tl.maximum(n_sink_qt, 1), n_sink_qt + rest % n_rest)
-        b = pid_bh // H
-        h = pid_bh % H
-        offs_m = tl.arange(0, TILE)
-        offs_d = tl.arange(0, D)
-
-        is_sink_q = pid_t < n_sink_qt
-        vt = pid_t - n_sink_qt
-        q_start = tl.where(is_sink_q, pid_t * TILE, video_start + vt * TILE)
-        q_lim = tl.where(is_sink_q, video_start, valid_len)
-        rows = (q_start + offs_m).to(tl.int64)
-        qmask = rows < q_lim
-        q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :],
-                    mask=qmask[:, None], other=0.0)
-
-        live = vt < n_vid_tiles
-        first_lim = tl.where(is_sink_q, valid_len, video_start)
-        n_first = tl.where(live, tl.cdiv(first_lim, TILE), 0)
-        n_gather = tl.where(live & (vt >= 0), k_keep, 0)
-        idx_base = IDX + b.to(tl.int64) * stride_ib + h * stride_ih \
-            + tl.maximum(tl.minimum(vt, n_vid_tiles - 1), 0) * stride_it
-
-        m_i = tl.full([TILE], -1.0e30, tl.float32)
-        l_i = tl.zeros([TILE], tl.float32)
-        acc = tl.zeros([TILE, D], tl.float32)
-        offs_n = tl.arange(0, TILE)
-        hd = h * D
-        n_first_single = 0
-        if PAIRS:  # constexpr: without PAIRS the pair loops are not compiled at all
-            n_first_single = 2 * (n_first // 2)
-            for j in tl.range(0, n_first // 2, num_stages=STAGES):
-                r0 = 2 * j * TILE
-                r1 = r0 + TILE
-                k0 = K_desc.load([b, r0, hd]).reshape(TILE, D)
-                v0 = V_desc.load([b, r0, hd]).reshape(TILE, D)
-                k1 = K_desc.load([b, r1, hd]).reshape(TILE, D)
-                v1 = V_desc.load([b, r1, hd]).reshape(TILE, D)
-                bias0 = tl.where(r0 + offs_n < first_lim, 0.0, float("-inf"))
-                bias1 = tl.where(r1 + offs_n < first_lim, 0.0, float("-inf"))
-                m_i, l_i, acc = _bsa_step2(q, k0, v0, k1, v1, bias0, bias1, m_i, l_i, acc, qk_scale, FP32_DOT)
-        for j in tl.range(n_first_single, n_first, num_stages=STAGES):
-            r0 = j * TILE
-            kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
-            vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
-            bias = tl.where(r0 + offs_n < first_lim, 0.0, float("-inf"))
-            m_i, l_i, acc = _bsa_step1(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, LAZY)
-        n_gather_single = 0
-        if PAIRS:
-            n_gather_single = 2 * (n_gather // 2)
-            for e in tl.range(0, n_gather // 2, num_stages=STAGES):
-                r0 = video_start + tl.load(idx_base + 2 * e).to(tl.int32) * TILE
-                r1 = video_start + tl.load(idx_base + 2 * e + 1).to(tl.int32) * TILE
-                k0 = K_desc.load([b, r0, hd]).reshape(TILE, D)
-                v0 = V_desc.load([b, r0, hd]).reshape(TILE, D)
-                k1 = K_desc.load([b, r1, hd]).reshape(TILE, D)
-                v1 = V_desc.load([b, r1, hd]).reshape(TILE, D)
-                bias0 = tl.where(r0 + offs_n < valid_len, 0.0, float("-inf"))
-                bias1 = tl.where(r1 + offs_n < valid_len, 0.0, float("-inf"))
-                m_i, l_i, acc = _bsa_step2(q, k0, v0, k1, v1, bias0, bias1, m_i, l_i, acc, qk_scale, FP32_DOT)
-        for e in tl.range(n_gather_single, n_gather, num_stages=STAGES):
-            r0 = video_start + tl.load(idx_base + e).to(tl.int32) * TILE
-            kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
-            vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
-            bias = tl.where(r0 + offs_n < valid_len, 0.0, float("-inf"))
-            m_i, l_i, acc = _bsa_step1(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, LAZY)
-
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
-        smask = (rows < tl.where(is_sink_q, video_start, S))[:, None]
-        tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_os + offs_d[None, :],
-                 out.to(O.dtype.element_ty), mask=smask)
-
-
 def kernel_compile_count() -> int:
     """Distinct Triton specialisations compiled in-process by this module (0 under the interpreter)."""
     if not HAS_TRITON:
         return 0
-    return (jit_cache_size(_bsa_fwd_kernel) + jit_cache_size(_bsa_fwd2_kernel) + jit_cache_size(_bsa_fwd3_kernel)
-            + jit_cache_size(_bsa_fwd4_kernel) + jit_cache_size(_tile_mean_kernel) + jit_cache_size(_scores_kernel)
-            + jit_cache_size(_topk_kernel))
+    return sum(jit_cache_size(f) for f in (_bsa_fwd_kernel, _bsa_fwd3_kernel, _tile_mean_kernel, _scores_kernel,
+                                           _topk_kernel))
 
 
 def _triton_path(x: torch.Tensor) -> bool:
@@ -777,7 +551,7 @@ def _require_kernels(op: str) -> None:
 
 
 def _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices):
-    """Grid, positional args and constexpr/launch kwargs of one `_bsa_fwd_kernel` launch (None if nothing to do).
+    """Kernel, grid, positional args and constexpr/launch kwargs of one attention launch (None if nothing to do).
 
     Split out so the CPU tests can check the specialisation key without a GPU.
     """
@@ -794,62 +568,40 @@ def _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices):
         ti = ti.contiguous()
     k_keep = ti.shape[-1] if n_vid else 0
     qk_scale = (1.0 / math.sqrt(D)) * 1.4426950408889634  # exp2 domain
-    args = (
-        q, k, v, out, ti,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        ti.stride(0), ti.stride(1), ti.stride(2),
-        H, S, video_start, valid_len, n_sink_qt, n_vid, k_keep, qk_scale,
-    )
+
+    def strides(t):
+        return t.stride(0), t.stride(1), t.stride(2)
+
+    tail = (*strides(out), *strides(ti), H, S, video_start, valid_len, n_sink_qt, n_vid, k_keep, qk_scale)
     # fp32 inputs want IEEE dots (not tf32). Triton 3.9's CPU interpreter computes bf16 x bf16 tl.dot wrongly
     # (checked 2026-12-02: errors ~1e10), so interpreted runs upcast the operands as well.
     fp32_dot = q.dtype == torch.float32 or not q.is_cuda
-    if CONFIG.get("impl", 1) in (3, 4):
-        # K/V through tensor descriptors [B, valid_len, H*D]; valid_len is descriptor data, not a compile key.
-        from triton.tools.tensor_descriptor import TensorDescriptor
+    grid = (n_total_qt, B * H)
+    if CONFIG["impl"] not in (1, 3):
+        raise ValueError(f"CONFIG['impl'] must be 1 or 3, got {CONFIG['impl']}")
+    if CONFIG["impl"] == 1:
+        args = (q, k, v, out, ti, *strides(q), *strides(k), *strides(v), *tail)
+        return _bsa_fwd_kernel, grid, args, dict(TILE=tile, D=D, KV_TILES=CONFIG["kv_tiles"], FP32_DOT=fp32_dot,
+                                                 num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"])
+    # impl 3: K/V through tensor descriptors [B, valid_len, H*D]; valid_len is descriptor data, not a compile key.
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
-        if valid_len == 0:  # a descriptor needs a positive shape; there are no keys, so the output is all zero
-            out.zero_()
-            return None
-        k, v = (t if t.stride(2) == D and t.stride(1) % 8 == 0 and t.data_ptr() % 16 == 0 else t.contiguous()
+    if valid_len == 0:  # a descriptor needs a positive shape; there are no keys, so the output is all zero
+        out.zero_()
+        return None
+    k, v = (t if t.stride(2) == D and t.stride(1) % 8 == 0 and t.data_ptr() % 16 == 0 else t.contiguous()
+            for t in (k, v))
+    k_d, v_d = (TensorDescriptor(t, [B, valid_len, H * D], [t.stride(0), t.stride(1), 1], [1, tile, D])
                 for t in (k, v))
-        k_d, v_d = (TensorDescriptor(t, [B, valid_len, H * D], [t.stride(0), t.stride(1), 1], [1, tile, D])
-                    for t in (k, v))
-        args = (
-            q, k_d, v_d, out, ti,
-            q.stride(0), q.stride(1), q.stride(2),
-            out.stride(0), out.stride(1), out.stride(2),
-            ti.stride(0), ti.stride(1), ti.stride(2),
-            H, S, video_start, valid_len, n_sink_qt, n_vid, k_keep, qk_scale,
-        )
-        kwargs = dict(TILE=tile, D=D, FP32_DOT=fp32_dot, STAGES=CONFIG["num_stages"], IMPL3=True,
-                      num_warps=CONFIG["num_warps"])
-        if CONFIG["impl"] == 4:  # 1-D grid, sink query tiles of every head first; kv_tiles 2 = 128-key steps
-            args = args[:15] + (B * H,) + args[15:19] + (n_total_qt,) + args[19:]
-            kwargs.update(IMPL3=False, IMPL4=True, PAIRS=CONFIG.get("kv_tiles", 1) == 2,
-                          LAZY=bool(CONFIG.get("lazy", 0)))
-            return (n_total_qt * B * H,), args, kwargs
-    elif CONFIG.get("impl", 1) == 2:
-        kwargs = dict(TILE=tile, D=D, FP32_DOT=fp32_dot, STAGES=CONFIG["num_stages"], num_warps=CONFIG["num_warps"])
-    else:
-        kwargs = dict(TILE=tile, D=D, KV_TILES=CONFIG["kv_tiles"], FP32_DOT=fp32_dot,
-                      num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"])
-    return (n_total_qt, B * H), args, kwargs
+    args = (q, k_d, v_d, out, ti, *strides(q), *tail)
+    return _bsa_fwd3_kernel, grid, args, dict(TILE=tile, D=D, FP32_DOT=fp32_dot, STAGES=CONFIG["num_stages"],
+                                              num_warps=CONFIG["num_warps"])
 
 
 def _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices):
     launch = _attention_launch(q, k, v, out, video_start, valid_len, tile, tile_indices)
     if launch is not None:
-        grid, args, kwargs = launch
-        impl3, impl4 = kwargs.pop("IMPL3", False), kwargs.pop("IMPL4", False)
-        if impl4:
-            kernel = _bsa_fwd4_kernel
-        elif impl3:
-            kernel = _bsa_fwd3_kernel
-        else:
-            kernel = _bsa_fwd2_kernel if "STAGES" in kwargs else _bsa_fwd_kernel
+        kernel, grid, args, kwargs = launch
         kernel[grid](*args, **kwargs)
     return out
 

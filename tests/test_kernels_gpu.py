@@ -144,8 +144,8 @@ def _check_samples(q, k, v, out, ti, video_start, valid_len, tile=64):
 def test_block_sparse_attention_real_shape(S, valid_len, keep, cfg, configs):
     from kernels import block_sparse_attn as bsa
 
-    if cfg is not None:  # every (impl, num_warps, num_stages, kv_tiles, lazy) bench/kernels.py sweeps
-        bsa.CONFIG.update(zip(("impl", "num_warps", "num_stages", "kv_tiles", "lazy"), cfg))
+    if cfg is not None:  # every (impl, num_warps, num_stages, kv_tiles) bench/kernels.py sweeps
+        bsa.CONFIG.update(zip(("impl", "num_warps", "num_stages", "kv_tiles"), cfg))
 
     q, k, v = _qkv(S, valid_len)
     ti = bsa.select_tiles(q, k, VIDEO_START, valid_len, keep)
@@ -174,28 +174,23 @@ def test_keep_ratio_one_is_dense_real_shape():
     assert _check_samples(q, k, v, out, ti, VIDEO_START, S5) < 2e-2
 
 
-@pytest.mark.parametrize("pool,topk,scores", [(None, None, None)] + [(c, None, None) for c in POOL_CONFIGS]
-                         + [(None, c, s) for c in TOPK_CONFIGS for s in ("torch", "triton")])
-def test_selection_real_shape(pool, topk, scores, configs):
+@pytest.mark.parametrize("pool,topk", [(None, None)] + [(c, None) for c in POOL_CONFIGS]
+                         + [(None, c) for c in TOPK_CONFIGS])
+def test_selection_real_shape(pool, topk, configs):
     from kernels import block_sparse_attn as bsa
 
     if pool is not None:
         bsa.POOL_CONFIG.update(zip(("HB", "RB", "num_warps"), pool))
     if topk is not None:
         bsa.TOPK_CONFIG.update(zip(("ROWS", "num_warps", "early_exit"), topk))
-    if scores is not None:
-        bsa.TOPK_CONFIG["scores"] = scores
     q, k, _ = _qkv(S5, S5)
     ti = bsa.select_tiles(q, k, VIDEO_START, S5, 0.1)
     # the pooled means against fp64, and the Triton top-k exactly against torch's on the same fp32 scores
     qm32, km32 = bsa._tile_means_triton(q, k, VIDEO_START, S5, 64)
     assert rel(qm32, bsa._tile_means_reference(q.double(), VIDEO_START, S5, 64)) < 1e-5
     assert rel(km32, bsa._tile_means_reference(k.double(), VIDEO_START, S5, 64)) < 1e-5
-    raw = torch.matmul(qm32, km32.transpose(-1, -2))
-    if bsa.TOPK_CONFIG.get("scores") == "triton":
-        raw_t = bsa._scores_triton(qm32, km32)
-        assert rel(raw_t, raw) < 1e-5  # fp32 products summed in another order
-        raw = raw_t
+    raw = bsa._scores_triton(qm32, km32)
+    assert rel(raw, torch.matmul(qm32, km32.transpose(-1, -2))) < 1e-5  # tf32x3: fp32-accurate, another order
     sc = raw * (1.0 / math.sqrt(D))
     assert torch.equal(ti, torch.sort(torch.topk(sc, ti.shape[-1], dim=-1).indices, -1).values)
     qm = bsa._tile_means_reference(q.double(), VIDEO_START, S5, 64).double()
