@@ -222,7 +222,6 @@ class Health:
 
     ok: bool | None = None
     error: str | None = None
-    checked_at: float = 0.0
     next_check: float = 0.0
     model: str | None = None
     model_id: str | None = None
@@ -231,11 +230,10 @@ class Health:
 class RemoteServer:
     """One remote server: its HTTP client, health and in-flight job count."""
 
-    def __init__(self, spec: RemoteSpec, retry_s: float, poll_s: float, transport: httpx.BaseTransport | None = None):
+    def __init__(self, spec: RemoteSpec, retry_s: float, poll_s: float):
         self.spec, self.retry_s, self.poll_s = spec, retry_s, poll_s
         headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
-        self.http = httpx.Client(base_url=spec.url, headers=headers, transport=transport,
-                                 timeout=min(HTTP_TIMEOUT_S, spec.timeout_s))
+        self.http = httpx.Client(base_url=spec.url, headers=headers, timeout=min(HTTP_TIMEOUT_S, spec.timeout_s))
         self.health = Health()
         self.busy = 0  # jobs this studio has in flight here
         self.last_assigned = 0.0
@@ -264,7 +262,7 @@ class RemoteServer:
         with self._lock:
             if self.health.ok is False:
                 log.info("%s is healthy again", self.label)
-            self.health = Health(ok=True, checked_at=now, next_check=now + self.retry_s,
+            self.health = Health(ok=True, next_check=now + self.retry_s,
                                  model=str(info.get("model_path") or info.get("model") or "unknown"),
                                  model_id=str(info.get("model_id") or info.get("model_path") or info.get("model")
                                               or "unknown"))
@@ -286,7 +284,7 @@ class RemoteServer:
         with self._lock:
             if not ok and self.health.ok is not False:  # log the change, not every failed re-probe
                 log.warning("%s is unhealthy: %s", self.label, error)
-            self.health = Health(ok=ok, error=error, checked_at=now, next_check=now + self.retry_s,
+            self.health = Health(ok=ok, error=error, next_check=now + self.retry_s,
                                  model=self.health.model, model_id=self.health.model_id)
 
     def describe(self) -> dict[str, Any]:
@@ -425,6 +423,8 @@ class RemoteServer:
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
         timings["remote_download"] = download_time
         health = self.health
+        peak = final.get("peak_memory_mb")
+        peak = peak if isinstance(peak, (int, float)) and not isinstance(peak, bool) else None
         sidecar = {
             "prompt": request.prompt, "seed": request.seed, "tier": request.tier, "tier_config": tier_config,
             "model_id": health.model_id or str(final.get("model") or "unknown"),
@@ -438,13 +438,12 @@ class RemoteServer:
             "inference_time_s": server_time if reported else client_time,
             "inference_time_source": "server" if reported else "client (the server reported none)",
             "client_time_s": client_time,
-            "peak_memory_mb": final.get("peak_memory_mb"),
+            "peak_memory_mb": peak,
             "remote": {"name": self.spec.name, "url": self.spec.url, "video_id": video_id,
                        "params": self.spec.params, "model": final.get("model")},
         }
-        peak = final.get("peak_memory_mb")
-        return RemoteClip(mp4=mp4, inference_time_s=sidecar["inference_time_s"],
-                          peak_memory_mb=peak if isinstance(peak, (int, float)) else None, _sidecar=sidecar)
+        return RemoteClip(mp4=mp4, inference_time_s=sidecar["inference_time_s"], peak_memory_mb=peak,
+                          _sidecar=sidecar)
 
     def close(self) -> None:
         self.http.close()
@@ -476,10 +475,6 @@ class RemoteTier:
     def __init__(self, pool: RemotePool, tier: str):
         self.pool, self.tier = pool, tier
 
-    @property
-    def workers(self) -> int:
-        return len(self.pool.servers(self.tier))
-
     def generate(self, job_request: tuple[GenerationRequest, dict[str, Any]], on_step: Callable | None = None,
                  cancel: Callable[[], bool] | None = None) -> RemoteClip:
         """``job_request`` is (validated request, tier config). A server that turns out unreachable when the
@@ -499,9 +494,8 @@ class RemoteTier:
 class RemotePool:
     """Every configured server, grouped by tier, with a background prober."""
 
-    def __init__(self, specs: list[RemoteSpec], retry_s: float = 15.0, poll_s: float = 1.0,
-                 transport: httpx.BaseTransport | None = None):
-        self._servers = {spec.name: RemoteServer(spec, retry_s, poll_s, transport) for spec in specs}
+    def __init__(self, specs: list[RemoteSpec], retry_s: float = 15.0, poll_s: float = 1.0):
+        self._servers = {spec.name: RemoteServer(spec, retry_s, poll_s) for spec in specs}
         self.retry_s = retry_s
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -592,12 +586,6 @@ class RemotePool:
         if self._prober is None:
             self._prober = threading.Thread(target=self._probe_loop, name="remote-prober", daemon=True)
             self._prober.start()
-
-    def probe_all(self) -> None:
-        for server in list(self._servers.values()):
-            if self._stop.is_set():
-                return
-            server.probe()
 
     def _probe_loop(self) -> None:
         while not self._stop.is_set():
