@@ -35,9 +35,10 @@ QK_CONFIGS = [("rows", 32, 1, False, 8), ("token", 4, 1, False, 8), ("token", 2,
               ("token", 1, 1, False, 4)]
 # (impl, num_warps, num_stages, kv_tiles): impl 3 (the default), and impl 1 (the portable pointer-load kernel;
 # kv_tiles 2 = two gathered tiles per step) so that the GPU tests cover it too.
-ATTN_CONFIGS = [(3, 4, 3, 1), (1, 4, 3, 1), (1, 4, 3, 2)]
+ATTN_CONFIGS = [(3, 4, 3, 1), (3, 4, 2, 1), (3, 4, 4, 1), (1, 4, 3, 1), (1, 4, 3, 2)]
 POOL_CONFIGS = [(8, 4, 8), (4, 4, 4), (8, 2, 4), (4, 8, 8), (16, 2, 8)]  # (HB, RB, num_warps)
-TOPK_CONFIGS = [(1, 2, 0), (1, 2, 1), (1, 4, 1), (1, 1, 1), (2, 2, 1)]  # (ROWS, num_warps, early_exit)
+TOPK_CONFIGS = [(1, 2), (2, 2), (4, 2), (2, 4), (4, 4), (8, 4), (2, 1), (4, 1)]  # (BITS per radix round, num_warps)
+SCORES_CONFIGS = [(64, 64, 4), (64, 128, 4), (128, 64, 8), (128, 128, 8)]  # (BM, BN, num_warps)
 
 RESULTS: dict = {}
 LOG: list[str] = []
@@ -269,6 +270,24 @@ def bench_dense(S):
     log(f"(d) dense S={S}: {r}")
 
 
+def sweep_config(config: dict, names, grid, fn) -> dict:
+    """Time fn under every config of grid (tuples of values for names), leave config at the fastest one."""
+    times = {}
+    for values in grid:
+        config.update(zip(names, values))
+        times[values] = timed(fn)
+    config.update(zip(names, min(times, key=times.get)))
+    return {",".join(f"{n}={v}" for n, v in zip(names, values)): t for values, t in times.items()}
+
+
+def kv_bytes(S, video_start, n_video_tiles, k_keep, tile=64):
+    """Bytes of K and V one sparse attention pass moves into shared memory (every program's tiles, bf16)."""
+    per_tile = 2 * tile * D * 2
+    n_sink_qt = -(-video_start // tile)
+    tiles = n_video_tiles * (-(-video_start // tile) + k_keep) + n_sink_qt * -(-S // tile)
+    return tiles * H * per_tile
+
+
 @guarded("attention_sparse")
 def bench_sparse(S, keep=0.1, sweep_configs=True):
     from kernels import block_sparse_attn as bsa
@@ -288,19 +307,12 @@ def bench_sparse(S, keep=0.1, sweep_configs=True):
     sc = bsa._scores_triton(qm, km)
     tk = torch.topk(sc, n_keep, dim=-1, sorted=False).indices
     if sweep_configs:
-        pool_sweep, tk_sweep = {}, {}
-        for hb, rb, nw in POOL_CONFIGS:
-            bsa.POOL_CONFIG.update(HB=hb, RB=rb, num_warps=nw)
-            pool_sweep[(hb, rb, nw)] = timed(lambda: bsa._tile_means_triton(q, k, video_start, S, 64))
-        hb, rb, nw = min(pool_sweep, key=pool_sweep.get)
-        bsa.POOL_CONFIG.update(HB=hb, RB=rb, num_warps=nw)
-        for rows, nw, ee in TOPK_CONFIGS:
-            bsa.TOPK_CONFIG.update(ROWS=rows, num_warps=nw, early_exit=ee)
-            tk_sweep[(rows, nw, ee)] = timed(lambda: bsa._topk_triton(sc, n_keep, scale))
-        rows, nw, ee = min(tk_sweep, key=tk_sweep.get)
-        bsa.TOPK_CONFIG.update(ROWS=rows, num_warps=nw, early_exit=ee)
-        r["pool_sweep"] = {f"HB={a},RB={b_},num_warps={c}": t for (a, b_, c), t in pool_sweep.items()}
-        r["topk_sweep"] = {f"ROWS={a},num_warps={c},early_exit={e}": t for (a, c, e), t in tk_sweep.items()}
+        r["pool_sweep"] = sweep_config(bsa.POOL_CONFIG, ("HB", "RB", "num_warps"), POOL_CONFIGS,
+                                       lambda: bsa._tile_means_triton(q, k, video_start, S, 64))
+        r["scores_sweep"] = sweep_config(bsa.SCORES_CONFIG, ("BM", "BN", "num_warps"), SCORES_CONFIGS,
+                                         lambda: bsa._scores_triton(qm, km))
+        r["topk_sweep"] = sweep_config(bsa.TOPK_CONFIG, ("BITS", "num_warps"), TOPK_CONFIGS,
+                                       lambda: bsa._topk_triton(sc, n_keep, scale))
     r["select_parts_ms"] = {
         "pool": timed(lambda: bsa._tile_means_triton(q, k, video_start, S, 64)),
         "scores_triton": timed(lambda: bsa._scores_triton(qm, km)),
@@ -327,6 +339,16 @@ def bench_sparse(S, keep=0.1, sweep_configs=True):
     best = min(ok, key=ok.get)
     bsa.CONFIG.update(named[best])
     r.update(attn_ms=ok[best], sweep=sweep, best=best)
+    if bsa.CONFIG["impl"] == 3:
+        # Where the time goes: the same kernel with the dots but no softmax, and with the K/V loads only.
+        kernel, grid, args, kwargs = bsa._attention_launch(q, k, v, out, video_start, S, 64, ti)
+        r["probe_ms"] = {name: timed(lambda: kernel[grid](*args, **kwargs, PROBE=probe))
+                         for name, probe in (("dots_no_softmax", 1), ("kv_loads_only", 2))}
+    gb = kv_bytes(S, video_start, ti.shape[2], ti.shape[-1]) / 1e9
+    r["kv_GB_moved"] = gb
+    r["kv_TBps"] = {"attention": gb / r["attn_ms"]}
+    if "probe_ms" in r:
+        r["kv_TBps"]["kv_loads_only"] = gb / r["probe_ms"]["kv_loads_only"]
     r["total_ms"] = timed(lambda: bsa.block_sparse_attention(q, k, v, video_start=video_start, valid_len=S,
                                                              keep_ratio=keep))
     # FLOPs actually computed (sink + kept tiles for video queries; all keys for sink queries)
@@ -468,7 +490,8 @@ def main(argv=None):
 
     RESULTS["chosen_configs"] = {"norm_modulate": norm_modulate.CONFIG, "qk_norm_rope": qk_norm_rope.CONFIG,
                                  "residual_gate": residual_gate.CONFIG, "block_sparse_attn": block_sparse_attn.CONFIG,
-                                 "topk": block_sparse_attn.TOPK_CONFIG, "pool": block_sparse_attn.POOL_CONFIG}
+                                 "topk": block_sparse_attn.TOPK_CONFIG, "pool": block_sparse_attn.POOL_CONFIG,
+                                 "scores": block_sparse_attn.SCORES_CONFIG}
     save(args.out)
     log("done")
 

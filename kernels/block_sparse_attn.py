@@ -34,9 +34,10 @@ from ._common import HAS_TRITON, KernelUnavailable, interpret_mode, jit_cache_si
 # gathered tiles per step. A second two-loop pointer kernel and a sink-first 1-D grid with 128-key steps and a lazy
 # rescale were measured slower than impl 3 on the H200 (2026-12-03) and removed.
 CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 sweep, 2026-12-03
-# Top-k: ROWS score rows per program, reduced together (one 2-D radix select); early_exit stops the radix rounds
-# once the kept set is determined (exact).
-TOPK_CONFIG = {"ROWS": 1, "num_warps": 2, "early_exit": 1}
+# Top-k: one score row per program, a radix select taking BITS bits per round (one reduction of 2**BITS counts).
+TOPK_CONFIG = {"BITS": 1, "num_warps": 2}
+# Score product: one [BM, BN] block of q_mean . k_mean^T per program.
+SCORES_CONFIG = {"BM": 64, "BN": 64, "num_warps": 4}
 # Mean-pool: one program per (video tile, HB heads), RB rows per step.
 POOL_CONFIG = {"HB": 8, "RB": 2, "num_warps": 4}
 
@@ -166,52 +167,41 @@ if HAS_TRITON:
 
 if HAS_TRITON:
 
-    @triton.jit(do_not_specialize=["n", "k_keep", "n_rows"])
-    def _topk_kernel(SC, OUT, n, k_keep, n_rows, scale, BLOCK: tl.constexpr, ROWS: tl.constexpr,
-                     EARLY_EXIT: tl.constexpr):
-        # Exact top-k of ROWS score rows at once (scores = raw * scale in fp32, as the reference rounds them) by a
-        # 32-step radix select on order-preserving uint32 keys, then a cumsum compaction: the kept tile numbers
-        # come out ascending, so no sort is needed. Ties at the threshold are taken in index order.
+    @triton.jit(do_not_specialize=["n", "k_keep"])
+    def _topk_kernel(SC, OUT, n, k_keep, scale, BLOCK: tl.constexpr, BITS: tl.constexpr):
+        # Exact top-k of one score row (scores = raw * scale in fp32, as the reference rounds them) by a radix
+        # select on order-preserving uint32 keys, BITS bits per round: each round counts the keys at or above all
+        # 2**BITS candidate prefixes in one reduction and keeps the largest prefix with count >= k_keep. It stops
+        # as soon as exactly k_keep keys are at or above the prefix: that set is the top-k and no key ties the
+        # threshold, so the result equals the all-bits one (random fp32 scores separate the k-th and (k+1)-th key
+        # after ~10-16 of the 32 bits). A cumsum compaction then writes the kept tile numbers ascending, so no sort
+        # is needed; ties at the threshold are taken in index order.
+        row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        rmask = rows < n_rows
-        rows64 = rows.to(tl.int64)
-        valid = (offs < n)[None, :] & rmask[:, None]
-        x = tl.load(SC + rows64[:, None] * n + offs[None, :], mask=valid, other=0.0) * scale
-        one = tl.full([], 1, tl.uint32)
-        sign = one << 31
-        bits = x.to(tl.uint32, bitcast=True)
+        valid = offs < n
+        x = tl.load(SC + row * n + offs, mask=valid, other=0.0) * scale
+        bits = tl.where(x == 0.0, 0, x.to(tl.uint32, bitcast=True))  # -0.0 ties +0.0, as in torch.topk
+        sign = tl.full([], 1, tl.uint32) << 31
         key = tl.where((bits & sign) != 0, ~bits, bits | sign)
         key = tl.where(valid, key, tl.zeros_like(key))  # padding ranks below every finite score
-        prefix = tl.zeros([ROWS], tl.uint32)
-        if EARLY_EXIT:
-            # Stop as soon as every row has count(key >= prefix) == k_keep: that set is then exactly the top-k
-            # (the prefix never passes the k-th largest key, and no key ties it), so the result is the 32-round
-            # one. Random fp32 scores separate the k-th and (k+1)-th key after ~10-16 of the 32 bits.
-            cntp = tl.where(rmask, BLOCK, k_keep)
-            bit = tl.full([], 1, tl.uint32) << 31
-            n_open = tl.sum((cntp != k_keep).to(tl.int32), axis=0)
-            while (bit != 0) & (n_open > 0):
-                cand = prefix | bit
-                cnt = tl.sum((key >= cand[:, None]).to(tl.int32), axis=1)
-                upd = cnt >= k_keep
-                prefix = tl.where(upd, cand, prefix)
-                cntp = tl.where(upd, cnt, cntp)
-                n_open = tl.sum((cntp != k_keep).to(tl.int32), axis=0)
-                bit = bit >> 1
-        else:
-            for i in tl.static_range(32):
-                cand = prefix | (one << (31 - i))
-                cnt = tl.sum((key >= cand[:, None]).to(tl.int32), axis=1)
-                prefix = tl.where(cnt >= k_keep, cand, prefix)
-        gt = key > prefix[:, None]
-        n_gt = tl.sum(gt.to(tl.int32), axis=1)
-        eq = (key == prefix[:, None]) & valid
-        eq_rank = tl.cumsum(eq.to(tl.int32), axis=1)
-        take = gt | (eq & (eq_rank <= (k_keep - n_gt)[:, None]))
-        pos = tl.cumsum(take.to(tl.int32), axis=1) - 1
-        tl.store(OUT + rows64[:, None] * k_keep + pos, (offs[None, :] + 0 * rows[:, None]).to(tl.int64),
-                 mask=take & rmask[:, None])
+        digits = tl.arange(0, 1 << BITS).to(tl.uint32)
+        prefix = tl.full([], 0, tl.uint32)
+        count = tl.full([], BLOCK, tl.int32)  # keys >= prefix
+        shift = tl.full([], 32 - BITS, tl.int32)
+        while (shift >= 0) & (count != k_keep):
+            cand = prefix | (digits << shift)
+            counts = tl.sum((key[None, :] >= cand[:, None]).to(tl.int32), axis=1)  # non-increasing in the digit
+            fits = counts >= k_keep  # digit 0 always fits
+            prefix = prefix | (tl.max(tl.where(fits, digits, 0), axis=0) << shift)
+            count = tl.min(tl.where(fits, counts, BLOCK + 1), axis=0)
+            shift -= BITS
+        gt = key > prefix
+        n_gt = tl.sum(gt.to(tl.int32), axis=0)
+        eq = (key == prefix) & valid
+        eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
+        take = gt | (eq & (eq_rank <= k_keep - n_gt))
+        pos = tl.cumsum(take.to(tl.int32), axis=0) - 1
+        tl.store(OUT + row * k_keep + pos, offs.to(tl.int64), mask=take)
 
 
 if HAS_TRITON:
@@ -239,10 +229,10 @@ def _scores_triton(qm: torch.Tensor, km: torch.Tensor) -> torch.Tensor:
     B, H, n, D = qm.shape
     qm, km = qm.contiguous(), km.contiguous()
     sc = torch.empty(B, H, n, n, device=qm.device, dtype=torch.float32)
-    bm = 64 if n >= 64 else max(16, triton.next_power_of_2(n))
+    bm, bn = (min(SCORES_CONFIG[b], max(16, triton.next_power_of_2(n))) for b in ("BM", "BN"))
     if n:
-        _scores_kernel[(triton.cdiv(n, bm), triton.cdiv(n, bm), B * H)](qm, km, sc, n, D=D, BM=bm, BN=bm,
-                                                                         num_warps=4)
+        _scores_kernel[(triton.cdiv(n, bm), triton.cdiv(n, bn), B * H)](qm, km, sc, n, D=D, BM=bm, BN=bn,
+                                                                         num_warps=SCORES_CONFIG["num_warps"])
     return sc
 
 
@@ -251,11 +241,9 @@ def _topk_triton(scores: torch.Tensor, k_keep: int, scale: float = 1.0) -> torch
     n = scores.shape[-1]
     flat = scores.reshape(-1, n).contiguous()
     out = torch.empty(flat.shape[0], k_keep, dtype=torch.long, device=scores.device)
-    rows = TOPK_CONFIG["ROWS"]
-    _topk_kernel[(triton.cdiv(flat.shape[0], rows),)](
-        flat, out, n, k_keep, flat.shape[0], float(scale), BLOCK=max(16, triton.next_power_of_2(n)), ROWS=rows,
-        EARLY_EXIT=bool(TOPK_CONFIG.get("early_exit", 0)), num_warps=TOPK_CONFIG["num_warps"],
-    )
+    if flat.shape[0]:
+        _topk_kernel[(flat.shape[0],)](flat, out, n, k_keep, float(scale), BLOCK=max(16, triton.next_power_of_2(n)),
+                                       BITS=TOPK_CONFIG["BITS"], num_warps=TOPK_CONFIG["num_warps"])
     return out.view(*scores.shape[:-1], k_keep)
 
 
@@ -446,23 +434,39 @@ if HAS_TRITON:
 
 if HAS_TRITON:
 
+    # PROBE (bench-only diagnostics of impl 3, never used by the op): 1 = the two dots without the softmax, 2 = the
+    # K/V loads only (K's column sums stand in for the scores, so no load is dead code). Both keep l_i growing so
+    # that the output depends on every step.
+
     @triton.jit
-    def _bsa_step(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr):
-        # One online-softmax step over a [BLOCK_N, D] key/value block; bias is 0 for live keys and -inf for masked
-        # ones (one add per score instead of a select and a multiply).
-        if FP32_DOT:
+    def _bsa_scores(q, kt, FP32_DOT: tl.constexpr, PROBE: tl.constexpr = 0):
+        # S = q . kt^T for a [TILE, D] query tile and a [BLOCK_N, D] key block -> [TILE, BLOCK_N] fp32.
+        if PROBE == 2:
+            s = tl.sum(kt.to(tl.float32), axis=0)[None, :]  # [1, D]
+        elif FP32_DOT:
             s = tl.dot(q.to(tl.float32), tl.trans(kt.to(tl.float32)), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(kt))
-        s = s * qk_scale + bias[None, :]
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if FP32_DOT:
-            acc = acc * alpha[:, None] + tl.dot(p, vt.to(tl.float32), input_precision="ieee")
+        return s
+
+    @triton.jit
+    def _bsa_update(s, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr, PROBE: tl.constexpr = 0):
+        # One online-softmax step on the scores s of a [BLOCK_N, D] key/value block; bias is 0 for live keys and
+        # -inf for masked ones (one add per score instead of a select and a multiply).
+        if PROBE == 2:
+            m_new, l_i, acc = m_i, l_i + 1.0, acc + vt.to(tl.float32) + s
+        elif PROBE == 1:
+            m_new, l_i, acc = m_i, l_i + 1.0, tl.dot(s.to(vt.dtype), vt, acc)
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+            s = s * qk_scale + bias[None, :]
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            if FP32_DOT:
+                acc = acc * alpha[:, None] + tl.dot(p, vt.to(tl.float32), input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
         return m_new, l_i, acc
 
     @triton.jit(do_not_specialize=["S", "video_start", "valid_len", "n_sink_qt", "n_vid_tiles", "k_keep",
@@ -474,6 +478,7 @@ if HAS_TRITON:
         stride_ib, stride_ih, stride_it,
         H, S, video_start, valid_len, n_sink_qt, n_vid_tiles, k_keep, qk_scale,
         TILE: tl.constexpr, D: tl.constexpr, FP32_DOT: tl.constexpr, STAGES: tl.constexpr,
+        PROBE: tl.constexpr = 0,
     ):
         # Same grid and semantics as _bsa_fwd_kernel with KV_TILES=1, as two loops without a branch on the phase:
         # the contiguous keys (all valid keys for a sink query tile, the sink keys for a video tile), then the
@@ -514,14 +519,16 @@ if HAS_TRITON:
             kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
             vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
             bias = tl.where(r0 + offs_n < first_lim, 0.0, float("-inf"))
-            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
+            s = _bsa_scores(q, kt, FP32_DOT, PROBE)
+            m_i, l_i, acc = _bsa_update(s, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, PROBE)
         for e in tl.range(0, n_gather, num_stages=STAGES):
             t = tl.load(idx_base + e).to(tl.int32)
             r0 = video_start + t * TILE
             kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
             vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
             bias = tl.where(r0 + offs_n < valid_len, 0.0, float("-inf"))
-            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT)
+            s = _bsa_scores(q, kt, FP32_DOT, PROBE)
+            m_i, l_i, acc = _bsa_update(s, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, PROBE)
 
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)

@@ -164,22 +164,22 @@ def _():
 @check("topk_radix_select")
 def _():
     saved = dict(bsa.TOPK_CONFIG)
-    for (n, k_, rows), ee in itertools.product(((583, 59, 1), (20, 3, 2), (16, 16, 1), (7, 1, 8), (100, 37, 4),
-                                                (583, 59, 16)), (0, 1)):
-        bsa.TOPK_CONFIG.update(ROWS=rows, early_exit=ee)
-        sc = fresh(2, 3, 5, n)  # 30 rows: the last program of ROWS 4, 8, 16 is partly empty
+    for (n, k_), bits in itertools.product(((583, 59), (20, 3), (16, 16), (7, 1), (100, 37), (3, 2)), (1, 2, 4, 8)):
+        bsa.TOPK_CONFIG.update(BITS=bits)
+        sc = fresh(2, 3, 5, n)
         got = bsa._topk_triton(sc, k_)
         ref = torch.sort(torch.topk(sc, k_, dim=-1).indices, -1).values
-        assert torch.equal(got, ref), (n, k_, rows)
+        assert torch.equal(got, ref), (n, k_, bits)
         scale = 1 / math.sqrt(128)  # the kernel's own scaling rounds as torch's does
         got = bsa._topk_triton(sc, k_, scale)
         ref = torch.sort(torch.topk(sc * scale, k_, dim=-1).indices, -1).values
-        assert torch.equal(got, ref), (n, k_, rows, "scaled")
-    tie = torch.zeros(1, 1, 2, 10)
-    tie[..., 3] = 1.0
-    for ee in (0, 1):
-        bsa.TOPK_CONFIG.update(ROWS=1, early_exit=ee)
-        assert bsa._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]]  # ties at the threshold: index order
+        assert torch.equal(got, ref), (n, k_, bits, "scaled")
+        # ties at the threshold (every round runs; no early exit) are taken in index order
+        tie = torch.zeros(1, 1, 2, 10)
+        tie[..., 3] = 1.0
+        tie[..., 7] = -1.0
+        assert bsa._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]], bits
+        assert bsa._topk_triton(-tie, 5).tolist() == [[[[0, 1, 2, 4, 7]] * 2]], bits  # -0.0 ties +0.0
     bsa.TOPK_CONFIG.update(saved)
     return "exact"
 

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from bench.kernels import ATTN_CONFIGS, POOL_CONFIGS, QK_CONFIGS, TOPK_CONFIGS
+from bench.kernels import ATTN_CONFIGS, POOL_CONFIGS, QK_CONFIGS, SCORES_CONFIGS, TOPK_CONFIGS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -49,7 +49,7 @@ def configs():
     from kernels import block_sparse_attn as bsa
     from kernels import qk_norm_rope as qr
 
-    dicts = (qr.CONFIG, bsa.CONFIG, bsa.TOPK_CONFIG, bsa.POOL_CONFIG)
+    dicts = (qr.CONFIG, bsa.CONFIG, bsa.TOPK_CONFIG, bsa.POOL_CONFIG, bsa.SCORES_CONFIG)
     saved = [dict(d) for d in dicts]
     yield dicts
     for d, old in zip(dicts, saved):
@@ -174,15 +174,17 @@ def test_keep_ratio_one_is_dense_real_shape():
     assert _check_samples(q, k, v, out, ti, VIDEO_START, S5) < 2e-2
 
 
-@pytest.mark.parametrize("pool,topk", [(None, None)] + [(c, None) for c in POOL_CONFIGS]
-                         + [(None, c) for c in TOPK_CONFIGS])
-def test_selection_real_shape(pool, topk, configs):
+@pytest.mark.parametrize("pool,scores,topk", [(None, None, None)] + [(c, None, None) for c in POOL_CONFIGS]
+                         + [(None, c, None) for c in SCORES_CONFIGS] + [(None, None, c) for c in TOPK_CONFIGS])
+def test_selection_real_shape(pool, scores, topk, configs):
     from kernels import block_sparse_attn as bsa
 
     if pool is not None:
         bsa.POOL_CONFIG.update(zip(("HB", "RB", "num_warps"), pool))
+    if scores is not None:
+        bsa.SCORES_CONFIG.update(zip(("BM", "BN", "num_warps"), scores))
     if topk is not None:
-        bsa.TOPK_CONFIG.update(zip(("ROWS", "num_warps", "early_exit"), topk))
+        bsa.TOPK_CONFIG.update(zip(("BITS", "num_warps"), topk))
     q, k, _ = _qkv(S5, S5)
     ti = bsa.select_tiles(q, k, VIDEO_START, S5, 0.1)
     # the pooled means against fp64, and the Triton top-k exactly against torch's on the same fp32 scores
