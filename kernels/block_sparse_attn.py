@@ -34,10 +34,12 @@ from ._common import HAS_TRITON, KernelUnavailable, interpret_mode, jit_cache_si
 # gathered tiles per step. A second two-loop pointer kernel and a sink-first 1-D grid with 128-key steps and a lazy
 # rescale were measured slower than impl 3 on the H200 (2026-12-03) and removed.
 CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 sweep, 2026-12-03
-# Top-k: one score row per program, a radix select taking BITS bits per round (one reduction of 2**BITS counts).
-TOPK_CONFIG = {"BITS": 1, "num_warps": 2}
+# Top-k: one score row per program.
+TOPK_CONFIG = {"num_warps": 2}
 # Score product: one [BM, BN] block of q_mean . k_mean^T per program.
 SCORES_CONFIG = {"BM": 64, "BN": 64, "num_warps": 4}
+# Selection runs in head_groups groups on two side streams (1 = all heads at once, on the caller's stream).
+SELECT_CONFIG = {"head_groups": 1}
 # Mean-pool: one program per (video tile, HB heads), RB rows per step.
 POOL_CONFIG = {"HB": 8, "RB": 2, "num_warps": 4}
 
@@ -168,14 +170,13 @@ if HAS_TRITON:
 if HAS_TRITON:
 
     @triton.jit(do_not_specialize=["n", "k_keep"])
-    def _topk_kernel(SC, OUT, n, k_keep, scale, BLOCK: tl.constexpr, BITS: tl.constexpr):
+    def _topk_kernel(SC, OUT, n, k_keep, scale, BLOCK: tl.constexpr):
         # Exact top-k of one score row (scores = raw * scale in fp32, as the reference rounds them) by a radix
-        # select on order-preserving uint32 keys, BITS bits per round: each round counts the keys at or above all
-        # 2**BITS candidate prefixes in one reduction and keeps the largest prefix with count >= k_keep. It stops
-        # as soon as exactly k_keep keys are at or above the prefix: that set is the top-k and no key ties the
-        # threshold, so the result equals the all-bits one (random fp32 scores separate the k-th and (k+1)-th key
-        # after ~10-16 of the 32 bits). A cumsum compaction then writes the kept tile numbers ascending, so no sort
-        # is needed; ties at the threshold are taken in index order.
+        # select on order-preserving uint32 keys, one bit per round. It stops as soon as exactly k_keep keys are at
+        # or above the prefix: that set is the top-k and no key ties the threshold, so the result equals the
+        # 32-round one (random fp32 scores separate the k-th and (k+1)-th key after ~10-16 bits). A cumsum
+        # compaction then writes the kept tile numbers ascending, so no sort is needed. Only when all 32 rounds ran
+        # (keys tie at the threshold) does a second cumsum take the tied keys in index order.
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
         valid = offs < n
@@ -184,22 +185,21 @@ if HAS_TRITON:
         sign = tl.full([], 1, tl.uint32) << 31
         key = tl.where((bits & sign) != 0, ~bits, bits | sign)
         key = tl.where(valid, key, tl.zeros_like(key))  # padding ranks below every finite score
-        digits = tl.arange(0, 1 << BITS).to(tl.uint32)
         prefix = tl.full([], 0, tl.uint32)
         count = tl.full([], BLOCK, tl.int32)  # keys >= prefix
-        shift = tl.full([], 32 - BITS, tl.int32)
-        while (shift >= 0) & (count != k_keep):
-            cand = prefix | (digits << shift)
-            counts = tl.sum((key[None, :] >= cand[:, None]).to(tl.int32), axis=1)  # non-increasing in the digit
-            fits = counts >= k_keep  # digit 0 always fits
-            prefix = prefix | (tl.max(tl.where(fits, digits, 0), axis=0) << shift)
-            count = tl.min(tl.where(fits, counts, BLOCK + 1), axis=0)
-            shift -= BITS
-        gt = key > prefix
-        n_gt = tl.sum(gt.to(tl.int32), axis=0)
-        eq = (key == prefix) & valid
-        eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
-        take = gt | (eq & (eq_rank <= k_keep - n_gt))
+        bit = sign
+        while (bit != 0) & (count != k_keep):
+            cand = prefix | bit
+            n_ge = tl.sum((key >= cand).to(tl.int32), axis=0)
+            prefix = tl.where(n_ge >= k_keep, cand, prefix)
+            count = tl.where(n_ge >= k_keep, n_ge, count)
+            bit = bit >> 1
+        if count == k_keep:
+            take = key >= prefix
+        else:
+            gt = key > prefix
+            eq = (key == prefix) & valid
+            take = gt | (eq & (tl.cumsum(eq.to(tl.int32), axis=0) <= k_keep - tl.sum(gt.to(tl.int32), axis=0)))
         pos = tl.cumsum(take.to(tl.int32), axis=0) - 1
         tl.store(OUT + row * k_keep + pos, offs.to(tl.int64), mask=take)
 
@@ -243,7 +243,7 @@ def _topk_triton(scores: torch.Tensor, k_keep: int, scale: float = 1.0) -> torch
     out = torch.empty(flat.shape[0], k_keep, dtype=torch.long, device=scores.device)
     if flat.shape[0]:
         _topk_kernel[(flat.shape[0],)](flat, out, n, k_keep, float(scale), BLOCK=max(16, triton.next_power_of_2(n)),
-                                       BITS=TOPK_CONFIG["BITS"], num_warps=TOPK_CONFIG["num_warps"])
+                                       num_warps=TOPK_CONFIG["num_warps"])
     return out.view(*scores.shape[:-1], k_keep)
 
 
@@ -279,9 +279,39 @@ def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile
             q = q.contiguous()
         if k.stride(-1) != 1:
             k = k.contiguous()
+        groups = min(SELECT_CONFIG["head_groups"], q.shape[2])
+        if groups > 1 and q.is_cuda:
+            return _select_tiles_overlapped(q, k, video_start, valid_len, keep_ratio, tile, groups)
         qm, km = _tile_means_triton(q, k, video_start, valid_len, tile)
         return _topk_tiles(qm, km, keep_ratio, kernels=True)
     return select_tiles_reference(q, k, video_start, valid_len, keep_ratio, tile)
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _select_tiles_overlapped(q, k, video_start: int, valid_len: int, keep_ratio: float, tile: int, groups: int):
+    """select_tiles in `groups` head groups on two side streams, so that one group's pooling (bandwidth-bound)
+    runs beside another group's top-k (latency-bound) instead of after it. Same kernels, same result."""
+    if q.device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[q.device] = [torch.cuda.Stream(q.device) for _ in range(2)]
+    streams = _SIDE_STREAMS[q.device]
+    main = torch.cuda.current_stream(q.device)
+    H = q.shape[2]
+    bounds = [H * g // groups for g in range(groups + 1)]
+    parts = []
+    for g in range(groups):
+        stream = streams[g % 2]
+        stream.wait_stream(main)  # q and k are ready; main waits for both side streams before anything else
+        with torch.cuda.stream(stream):
+            heads = slice(bounds[g], bounds[g + 1])
+            qm, km = _tile_means_triton(q[:, :, heads], k[:, :, heads], video_start, valid_len, tile)
+            parts.append(_topk_tiles(qm, km, keep_ratio, kernels=True))
+    for stream in streams:
+        main.wait_stream(stream)
+    for part in parts:
+        part.record_stream(main)  # allocated on a side stream, read on main by the cat below
+    return torch.cat(parts, dim=1)
 
 
 # ---------------------------------------------------------------------------------------------------------------
