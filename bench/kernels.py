@@ -38,7 +38,6 @@ QK_CONFIGS = [("rows", 32, 1, False, 8), ("token", 4, 1, False, 8), ("token", 2,
 ATTN_CONFIGS = [(3, 4, 3, 1), (3, 4, 2, 1), (3, 4, 4, 1), (1, 4, 3, 1), (1, 4, 3, 2)]
 POOL_CONFIGS = [(8, 4, 8), (4, 4, 4), (8, 2, 4), (4, 8, 8), (16, 2, 8)]  # (HB, RB, num_warps)
 TOPK_CONFIGS = [(2,), (4,), (1,)]  # (num_warps,)
-SELECT_CONFIGS = [(1,), (2,), (4,), (8,)]  # (head_groups,): selection split over two side streams
 SCORES_CONFIGS = [(64, 64, 4), (64, 128, 4), (128, 64, 8), (128, 128, 8)]  # (BM, BN, num_warps)
 
 RESULTS: dict = {}
@@ -314,8 +313,6 @@ def bench_sparse(S, keep=0.1, sweep_configs=True):
                                          lambda: bsa._scores_triton(qm, km))
         r["topk_sweep"] = sweep_config(bsa.TOPK_CONFIG, ("num_warps",), TOPK_CONFIGS,
                                        lambda: bsa._topk_triton(sc, n_keep, scale))
-        r["select_sweep"] = sweep_config(bsa.SELECT_CONFIG, ("head_groups",), SELECT_CONFIGS,
-                                         lambda: bsa.select_tiles(q, k, video_start, S, keep))
     r["select_parts_ms"] = {
         "pool": timed(lambda: bsa._tile_means_triton(q, k, video_start, S, 64)),
         "scores_triton": timed(lambda: bsa._scores_triton(qm, km)),
@@ -494,7 +491,7 @@ def main(argv=None):
     RESULTS["chosen_configs"] = {"norm_modulate": norm_modulate.CONFIG, "qk_norm_rope": qk_norm_rope.CONFIG,
                                  "residual_gate": residual_gate.CONFIG, "block_sparse_attn": block_sparse_attn.CONFIG,
                                  "topk": block_sparse_attn.TOPK_CONFIG, "pool": block_sparse_attn.POOL_CONFIG,
-                                 "scores": block_sparse_attn.SCORES_CONFIG, "select": block_sparse_attn.SELECT_CONFIG}
+                                 "scores": block_sparse_attn.SCORES_CONFIG}
     save(args.out)
     log("done")
 

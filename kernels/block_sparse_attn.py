@@ -38,8 +38,6 @@ CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 swe
 TOPK_CONFIG = {"num_warps": 2}
 # Score product: one [BM, BN] block of q_mean . k_mean^T per program.
 SCORES_CONFIG = {"BM": 64, "BN": 64, "num_warps": 4}
-# Selection runs in head_groups groups on two side streams (1 = all heads at once, on the caller's stream).
-SELECT_CONFIG = {"head_groups": 1}
 # Mean-pool: one program per (video tile, HB heads), RB rows per step.
 POOL_CONFIG = {"HB": 8, "RB": 2, "num_warps": 4}
 
@@ -169,39 +167,61 @@ if HAS_TRITON:
 
 if HAS_TRITON:
 
-    @triton.jit(do_not_specialize=["n", "k_keep"])
-    def _topk_kernel(SC, OUT, n, k_keep, scale, BLOCK: tl.constexpr):
-        # Exact top-k of one score row (scores = raw * scale in fp32, as the reference rounds them) by a radix
-        # select on order-preserving uint32 keys, one bit per round. It stops as soon as exactly k_keep keys are at
-        # or above the prefix: that set is the top-k and no key ties the threshold, so the result equals the
-        # 32-round one (random fp32 scores separate the k-th and (k+1)-th key after ~10-16 bits). A cumsum
-        # compaction then writes the kept tile numbers ascending, so no sort is needed. Only when all 32 rounds ran
-        # (keys tie at the threshold) does a second cumsum take the tied keys in index order.
-        row = tl.program_id(0).to(tl.int64)
-        offs = tl.arange(0, BLOCK)
+    @triton.jit
+    def _topk_keys(SC, row, offs, n, scale):
+        # Order-preserving uint32 keys of scores raw * scale (fp32, rounded as the reference rounds them); -0.0
+        # ties +0.0 as in torch.topk, and padding (offs >= n) ranks below every finite score.
         valid = offs < n
         x = tl.load(SC + row * n + offs, mask=valid, other=0.0) * scale
-        bits = tl.where(x == 0.0, 0, x.to(tl.uint32, bitcast=True))  # -0.0 ties +0.0, as in torch.topk
+        bits = tl.where(x == 0.0, 0, x.to(tl.uint32, bitcast=True))
         sign = tl.full([], 1, tl.uint32) << 31
         key = tl.where((bits & sign) != 0, ~bits, bits | sign)
-        key = tl.where(valid, key, tl.zeros_like(key))  # padding ranks below every finite score
+        return tl.where(valid, key, tl.zeros_like(key)), valid
+
+    @triton.jit(do_not_specialize=["n", "k_keep"])
+    def _topk_kernel(SC, OUT, n, k_keep, scale, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr):
+        # Exact top-k of one score row by a radix select on order-preserving keys, one bit per round. It stops
+        # as soon as exactly k_keep keys are at or above the prefix: that set is the top-k and no key ties the
+        # threshold, so the result equals the 32-round one (random fp32 scores separate the k-th and (k+1)-th key
+        # after ~10-16 bits). A cumsum compaction then writes the kept tile numbers ascending, so no sort is
+        # needed. Only when all 32 rounds ran (keys tie at the threshold) does a second cumsum take the tied keys
+        # in index order. The row is held as two power-of-two parts, BLOCK_A + BLOCK_B >= n (583 = 512 + 128
+        # rather than 1024), so few padding lanes are compared, summed and scanned in every round.
+        row = tl.program_id(0).to(tl.int64)
+        offs_a = tl.arange(0, BLOCK_A)
+        offs_b = BLOCK_A + tl.arange(0, BLOCK_B)
+        key_a, valid_a = _topk_keys(SC, row, offs_a, n, scale)
+        key_b, valid_b = _topk_keys(SC, row, offs_b, n, scale)
         prefix = tl.full([], 0, tl.uint32)
-        count = tl.full([], BLOCK, tl.int32)  # keys >= prefix
-        bit = sign
+        count = tl.full([], BLOCK_A + BLOCK_B, tl.int32)  # keys >= prefix
+        bit = tl.full([], 1, tl.uint32) << 31
         while (bit != 0) & (count != k_keep):
             cand = prefix | bit
-            n_ge = tl.sum((key >= cand).to(tl.int32), axis=0)
+            n_ge = tl.sum((key_a >= cand).to(tl.int32), axis=0) + tl.sum((key_b >= cand).to(tl.int32), axis=0)
             prefix = tl.where(n_ge >= k_keep, cand, prefix)
             count = tl.where(n_ge >= k_keep, n_ge, count)
             bit = bit >> 1
         if count == k_keep:
-            take = key >= prefix
+            take_a = key_a >= prefix
+            take_b = key_b >= prefix
         else:
-            gt = key > prefix
-            eq = (key == prefix) & valid
-            take = gt | (eq & (tl.cumsum(eq.to(tl.int32), axis=0) <= k_keep - tl.sum(gt.to(tl.int32), axis=0)))
-        pos = tl.cumsum(take.to(tl.int32), axis=0) - 1
-        tl.store(OUT + row * k_keep + pos, offs.to(tl.int64), mask=take)
+            gt_a, gt_b = key_a > prefix, key_b > prefix
+            eq_a, eq_b = (key_a == prefix) & valid_a, (key_b == prefix) & valid_b
+            need = k_keep - tl.sum(gt_a.to(tl.int32), axis=0) - tl.sum(gt_b.to(tl.int32), axis=0)
+            rank_a = tl.cumsum(eq_a.to(tl.int32), axis=0)
+            rank_b = tl.cumsum(eq_b.to(tl.int32), axis=0) + tl.sum(eq_a.to(tl.int32), axis=0)
+            take_a = gt_a | (eq_a & (rank_a <= need))
+            take_b = gt_b | (eq_b & (rank_b <= need))
+        pos_a = tl.cumsum(take_a.to(tl.int32), axis=0) - 1
+        pos_b = tl.cumsum(take_b.to(tl.int32), axis=0) - 1 + tl.sum(take_a.to(tl.int32), axis=0)
+        tl.store(OUT + row * k_keep + pos_a, offs_a.to(tl.int64), mask=take_a)
+        tl.store(OUT + row * k_keep + pos_b, offs_b.to(tl.int64), mask=take_b)
+
+
+def _topk_blocks(n: int) -> tuple[int, int]:
+    """Two power-of-two parts covering n (>= 16 each): the largest power of two <= n, then the rest rounded up."""
+    block_a = max(16, 1 << (max(n, 1).bit_length() - 1))
+    return block_a, max(16, triton.next_power_of_2(max(n - block_a, 1)))
 
 
 if HAS_TRITON:
@@ -242,7 +262,8 @@ def _topk_triton(scores: torch.Tensor, k_keep: int, scale: float = 1.0) -> torch
     flat = scores.reshape(-1, n).contiguous()
     out = torch.empty(flat.shape[0], k_keep, dtype=torch.long, device=scores.device)
     if flat.shape[0]:
-        _topk_kernel[(flat.shape[0],)](flat, out, n, k_keep, float(scale), BLOCK=max(16, triton.next_power_of_2(n)),
+        block_a, block_b = _topk_blocks(n)
+        _topk_kernel[(flat.shape[0],)](flat, out, n, k_keep, float(scale), BLOCK_A=block_a, BLOCK_B=block_b,
                                        num_warps=TOPK_CONFIG["num_warps"])
     return out.view(*scores.shape[:-1], k_keep)
 
@@ -279,39 +300,10 @@ def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile
             q = q.contiguous()
         if k.stride(-1) != 1:
             k = k.contiguous()
-        groups = min(SELECT_CONFIG["head_groups"], q.shape[2])
-        if groups > 1 and q.is_cuda:
-            return _select_tiles_overlapped(q, k, video_start, valid_len, keep_ratio, tile, groups)
         qm, km = _tile_means_triton(q, k, video_start, valid_len, tile)
         return _topk_tiles(qm, km, keep_ratio, kernels=True)
     return select_tiles_reference(q, k, video_start, valid_len, keep_ratio, tile)
 
-
-_SIDE_STREAMS: dict = {}
-
-
-def _select_tiles_overlapped(q, k, video_start: int, valid_len: int, keep_ratio: float, tile: int, groups: int):
-    """select_tiles in `groups` head groups on two side streams, so that one group's pooling (bandwidth-bound)
-    runs beside another group's top-k (latency-bound) instead of after it. Same kernels, same result."""
-    if q.device not in _SIDE_STREAMS:
-        _SIDE_STREAMS[q.device] = [torch.cuda.Stream(q.device) for _ in range(2)]
-    streams = _SIDE_STREAMS[q.device]
-    main = torch.cuda.current_stream(q.device)
-    H = q.shape[2]
-    bounds = [H * g // groups for g in range(groups + 1)]
-    parts = []
-    for g in range(groups):
-        stream = streams[g % 2]
-        stream.wait_stream(main)  # q and k are ready; main waits for both side streams before anything else
-        with torch.cuda.stream(stream):
-            heads = slice(bounds[g], bounds[g + 1])
-            qm, km = _tile_means_triton(q[:, :, heads], k[:, :, heads], video_start, valid_len, tile)
-            parts.append(_topk_tiles(qm, km, keep_ratio, kernels=True))
-    for stream in streams:
-        main.wait_stream(stream)
-    for part in parts:
-        part.record_stream(main)  # allocated on a side stream, read on main by the cat below
-    return torch.cat(parts, dim=1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

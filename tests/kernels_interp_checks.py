@@ -162,7 +162,7 @@ def _():
 
 @check("topk_radix_select")
 def _():
-    for n, k_ in ((583, 59), (20, 3), (16, 16), (7, 1), (100, 37), (3, 2)):
+    for n, k_ in ((583, 59), (1607, 161), (20, 3), (16, 16), (17, 16), (7, 1), (100, 37), (3, 2), (640, 64)):
         sc = fresh(2, 3, 5, n)
         got = bsa._topk_triton(sc, k_)
         ref = torch.sort(torch.topk(sc, k_, dim=-1).indices, -1).values
@@ -177,6 +177,11 @@ def _():
     tie[..., 7] = -1.0
     assert bsa._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]]
     assert bsa._topk_triton(-tie, 5).tolist() == [[[[0, 1, 2, 4, 7]] * 2]]
+    # n = 20 is held as 16 + 16 lanes: the tied keys run on into the second part
+    tie = torch.zeros(1, 20)
+    tie[0, 18], tie[0, 2] = 1.0, -1.0
+    assert bsa._topk_triton(tie, 18).tolist() == [[0, 1] + list(range(3, 19))]
+    assert bsa._topk_triton(tie, 19).tolist() == [[0, 1] + list(range(3, 20))]
     return "exact"
 
 

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from bench.kernels import ATTN_CONFIGS, POOL_CONFIGS, QK_CONFIGS, SCORES_CONFIGS, SELECT_CONFIGS, TOPK_CONFIGS
+from bench.kernels import ATTN_CONFIGS, POOL_CONFIGS, QK_CONFIGS, SCORES_CONFIGS, TOPK_CONFIGS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -49,7 +49,7 @@ def configs():
     from kernels import block_sparse_attn as bsa
     from kernels import qk_norm_rope as qr
 
-    dicts = (qr.CONFIG, bsa.CONFIG, bsa.TOPK_CONFIG, bsa.POOL_CONFIG, bsa.SCORES_CONFIG, bsa.SELECT_CONFIG)
+    dicts = (qr.CONFIG, bsa.CONFIG, bsa.TOPK_CONFIG, bsa.POOL_CONFIG, bsa.SCORES_CONFIG)
     saved = [dict(d) for d in dicts]
     yield dicts
     for d, old in zip(dicts, saved):
@@ -202,19 +202,6 @@ def test_selection_real_shape(pool, scores, topk, configs):
     chosen = scores.gather(-1, ti)
     # every chosen tile is a top-k tile up to fp32 pooling noise (ties may swap)
     assert (chosen >= kth - 1e-4).all()
-
-
-@pytest.mark.parametrize("groups", [g for (g,) in SELECT_CONFIGS if g > 1] + [3])
-def test_selection_head_groups_equal_one_pass(groups, configs):
-    """The side-stream head groups give exactly the one-pass selection, also right after q and k were written."""
-    from kernels import block_sparse_attn as bsa
-
-    q, k, _ = _qkv(S5, S5)
-    one = bsa.select_tiles(q, k, VIDEO_START, S5, 0.1)
-    bsa.SELECT_CONFIG["head_groups"] = groups
-    q2, k2 = q * 1, k * 1  # fresh tensors written on the main stream just before the side streams read them
-    for _ in range(3):
-        assert torch.equal(bsa.select_tiles(q2, k2, VIDEO_START, S5, 0.1), one)
 
 
 def test_no_recompile_across_prompt_lengths():
