@@ -456,16 +456,13 @@ if HAS_TRITON:
 
 if HAS_TRITON:
 
-    # PROBE (bench-only diagnostics of impl 3, never used by the op): 1 = the two dots without the softmax, 2 = the
-    # K/V loads only (K's column sums stand in for the scores, so no load is dead code). Both keep l_i growing so
-    # that the output depends on every step.
+    # PROBE = 1 is a bench-only diagnostic of impl 3, never used by the op: the loads and both dots without the
+    # softmax (l_i still grows, so the output depends on every step and nothing is dead code).
 
     @triton.jit
-    def _bsa_scores(q, kt, FP32_DOT: tl.constexpr, PROBE: tl.constexpr = 0):
+    def _bsa_scores(q, kt, FP32_DOT: tl.constexpr):
         # S = q . kt^T for a [TILE, D] query tile and a [BLOCK_N, D] key block -> [TILE, BLOCK_N] fp32.
-        if PROBE == 2:
-            s = tl.sum(kt.to(tl.float32), axis=0)[None, :]  # [1, D]
-        elif FP32_DOT:
+        if FP32_DOT:
             s = tl.dot(q.to(tl.float32), tl.trans(kt.to(tl.float32)), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(kt))
@@ -475,9 +472,7 @@ if HAS_TRITON:
     def _bsa_update(s, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr, PROBE: tl.constexpr = 0):
         # One online-softmax step on the scores s of a [BLOCK_N, D] key/value block; bias is 0 for live keys and
         # -inf for masked ones (one add per score instead of a select and a multiply).
-        if PROBE == 2:
-            m_new, l_i, acc = m_i, l_i + 1.0, acc + vt.to(tl.float32) + s
-        elif PROBE == 1:
+        if PROBE == 1:
             m_new, l_i, acc = m_i, l_i + 1.0, tl.dot(s.to(vt.dtype), vt, acc)
         else:
             s = s * qk_scale + bias[None, :]
@@ -541,7 +536,7 @@ if HAS_TRITON:
             kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
             vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
             bias = tl.where(r0 + offs_n < first_lim, 0.0, float("-inf"))
-            s = _bsa_scores(q, kt, FP32_DOT, PROBE)
+            s = _bsa_scores(q, kt, FP32_DOT)
             m_i, l_i, acc = _bsa_update(s, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, PROBE)
         for e in tl.range(0, n_gather, num_stages=STAGES):
             t = tl.load(idx_base + e).to(tl.int32)
@@ -549,7 +544,7 @@ if HAS_TRITON:
             kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
             vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
             bias = tl.where(r0 + offs_n < valid_len, 0.0, float("-inf"))
-            s = _bsa_scores(q, kt, FP32_DOT, PROBE)
+            s = _bsa_scores(q, kt, FP32_DOT)
             m_i, l_i, acc = _bsa_update(s, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, PROBE)
 
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
