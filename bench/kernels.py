@@ -404,12 +404,29 @@ def bench_flex(S, keep=0.1):
 # ------------------------------------------------------------------------------------------------ whole block
 
 
+def engine_runtime(S, video_start, keep):
+    """The AttentionRuntime the engine builds for a 16:9 request of S rows on a sparse, fused tier."""
+    from engine.attention import AttentionRuntime, tile_row_order
+    from engine.plan import Canvas, video_tile_order
+    from engine.tiers import SparseSpec, TierPlan, TierSpec
+
+    frames = (S - video_start) // (24 * 42)  # 1344x768: a 24 x 42 grid of (1, 2, 2) patches per latent frame
+    canvas = Canvas(height=768, width=1344, num_frames=0, num_latent_frames=frames, latent_height=48,
+                    latent_width=84, num_audio_latents=0)
+    order, inverse = tile_row_order(video_start, video_tile_order(canvas, (1, 2, 2)), S)
+    tier = TierSpec(name="bench", description="", steps=50, fused=True,
+                    sparse=SparseSpec(keep_ratio=keep, dense_first_steps=0, dense_first_blocks=0))
+    return AttentionRuntime(plan=TierPlan(tier=tier, steps=50, num_blocks=1), valid_length=S, padded_length=S,
+                            video_start=video_start, row_order=order.cuda(), inverse_order=inverse.cuda(), fused=True)
+
+
 @guarded("block")
 def bench_block(S, keep=0.1):
     from diffusers.models.transformers.transformer_minimax_h3 import (MiniMaxH3AttnProcessor,
                                                                      MiniMaxH3TransformerBlock)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from engine.attention import StudioAttnProcessor
     from engine.fused import FusedQKAttnProcessor, enable_fused_blocks, fused_qk_norm_rope
     from kernels.block_sparse_attn import block_sparse_attention
 
@@ -442,6 +459,9 @@ def bench_block(S, keep=0.1):
         r["fused_dense_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
         blk.attn.set_processor(SparseProc())
         r["fused_sparse_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
+        # The engine's own processor: rows arrive in packed order and are put in tile order inside the block.
+        blk.attn.set_processor(StudioAttnProcessor(0, engine_runtime(S, video_start, keep)))
+        r["fused_sparse_engine_processor_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
         blk.attn.fuse_projections()  # diffusers' fused to_qkv (exact), on top
         r["fused_sparse_qkv_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
     r["stock_TFLOPs"] = r["flops_dense"] / (r["stock_eager_ms"] * 1e-3) / 1e12

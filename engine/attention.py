@@ -5,7 +5,8 @@ only (not the text refiner). Per call it asks the shared `AttentionRuntime` what
 - dense, unpadded: exactly diffusers' computation;
 - dense, bucket-padded: keys and values are cut at the valid length, so padded rows contribute exactly zero;
 - sparse: rows are reordered so the video rows form 64-row (4×4×4) tiles, `kernels.block_sparse_attn` runs
-  (Triton on CUDA, the exact torch reference on CPU), and rows go back to packed order.
+  (Triton on CUDA, the exact torch reference on CPU), and rows go back to packed order. On one GPU the reorder
+  is applied to the block's input and undone after the output projection (one narrow tensor each way).
 Under sequence parallelism (`runtime.parallel`, see engine/parallel.py) the block sees only this rank's rows; the
 Ulysses exchange turns them into every row of this rank's heads before the three cases above, and back after.
 """
@@ -83,15 +84,24 @@ class StudioAttnProcessor(MiniMaxH3AttnProcessor):
 
     def __call__(self, attn, hidden_states, rotary_emb=None, attention_mask=None):
         runtime = self.runtime
+        sparse = runtime.plan.sparse_at(runtime.step, self.block_index) if runtime.plan else None
+        # Sparse on one GPU: put the block's input rows (and their RoPE rows) in tile order before the projections
+        # and the output back after to_out, rather than reordering query, key and value (3 x [B, S, 7168] plus
+        # the attention output, against 2 x [B, S, 5376] at full size). Every op in between is row-wise.
+        tile_ordered = sparse is not None and runtime.parallel is None
+        if tile_ordered:
+            order = runtime.row_order.to(hidden_states.device)
+            hidden_states = hidden_states.index_select(1, order)
+            if rotary_emb is not None:
+                rotary_emb = tuple(t.index_select(0, order.to(t.device)) for t in rotary_emb)
         query, key, value = project_qkv(attn, hidden_states)
         query, key = self._norm_and_rope(attn, query, key, rotary_emb)
         if runtime.parallel is not None:
             # From here on the masks, tile order and valid length all index the whole packed sequence.
             query, key, value = runtime.parallel.to_heads(query, key, value)
 
-        sparse = runtime.plan.sparse_at(runtime.step, self.block_index) if runtime.plan else None
         if sparse is not None:
-            hidden_states = self._sparse(query, key, value, sparse.keep_ratio, sparse.tile)
+            hidden_states = self._sparse(query, key, value, sparse.keep_ratio, sparse.tile, tile_ordered)
             runtime.sparse_calls += 1
         else:
             valid = runtime.valid_length
@@ -105,8 +115,10 @@ class StudioAttnProcessor(MiniMaxH3AttnProcessor):
         if runtime.parallel is not None:
             hidden_states = runtime.parallel.to_rows(hidden_states)
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
-        hidden_states = attn.to_out[0](hidden_states)
-        return attn.to_out[1](hidden_states)
+        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
+        if tile_ordered:
+            hidden_states = hidden_states.index_select(1, runtime.inverse_order.to(hidden_states.device))
+        return hidden_states
 
     def _norm_and_rope(self, attn, query, key, rotary_emb):
         if self.runtime.fused:
@@ -118,18 +130,20 @@ class StudioAttnProcessor(MiniMaxH3AttnProcessor):
             query, key = _apply_rotary_emb(query, *rotary_emb), _apply_rotary_emb(key, *rotary_emb)
         return query, key
 
-    def _sparse(self, query, key, value, keep_ratio: float, tile: int) -> torch.Tensor:
+    def _sparse(self, query, key, value, keep_ratio: float, tile: int, tile_ordered: bool) -> torch.Tensor:
+        """Block-sparse attention on `[B, S, H, D]` rows, in packed order unless `tile_ordered`."""
         from kernels.block_sparse_attn import block_sparse_attention
 
         runtime = self.runtime
-        order, inverse = runtime.row_order.to(query.device), runtime.inverse_order.to(query.device)
         runtime.compile_keys.add((runtime.padded_length, tile, str(query.dtype), query.device.type))
+        if not tile_ordered:
+            order = runtime.row_order.to(query.device)
+            query, key, value = (t.index_select(1, order) for t in (query, key, value))
         output = block_sparse_attention(
-            query.index_select(1, order), key.index_select(1, order), value.index_select(1, order),
-            video_start=runtime.video_start, valid_len=runtime.valid_length, keep_ratio=keep_ratio, tile=tile,
-            strict=runtime.strict,
+            query, key, value, video_start=runtime.video_start, valid_len=runtime.valid_length,
+            keep_ratio=keep_ratio, tile=tile, strict=runtime.strict,
         )
-        return output.index_select(1, inverse)
+        return output if tile_ordered else output.index_select(1, runtime.inverse_order.to(query.device))
 
 
 def install_processors(transformer: torch.nn.Module, runtime: AttentionRuntime) -> list:

@@ -235,3 +235,35 @@ def test_engine_keeps_serving_after_a_failing_tier(nano_components, tmp_path):
 def test_replace_keeps_tiers_frozen():
     tier = TierTable.load().get("turbo")
     assert replace(tier, steps=5).steps == 5 and tier.steps == 9
+
+
+def test_sparse_processor_tile_orders_its_input_exactly():
+    """The sparse processor reorders the block input (not q, k, v): it equals attention on reordered q, k, v."""
+    from diffusers.models.transformers.transformer_minimax_h3 import _apply_rotary_emb
+
+    from engine.attention import AttentionRuntime, StudioAttnProcessor, project_qkv, tile_row_order
+    from kernels.block_sparse_attn import block_sparse_attention_reference
+    from tests.nano_inputs import nano_model_and_inputs
+
+    model, _ = nano_model_and_inputs()
+    attn = model.transformer_blocks[0].attn
+    g = torch.Generator().manual_seed(3)
+    S, video_start, valid = 96, 7, 90  # 83 video rows in tiles of 16, 6 padded rows at the end
+    x = torch.randn(1, S, model.config.hidden_size, generator=g)
+    rope = tuple(torch.randn(S, 2 * 3 * model.config.rope_freq_dim, generator=g) for _ in range(2))
+    video_order = torch.randperm(valid - video_start, generator=g)
+    order, inverse = tile_row_order(video_start, video_order, S)
+    tier = TierSpec(name="t", description="", steps=2,
+                    sparse=SparseSpec(keep_ratio=0.25, tile=16, dense_first_steps=0, dense_first_blocks=0))
+    runtime = AttentionRuntime(plan=TierPlan(tier=tier, steps=2, num_blocks=1), valid_length=valid,
+                               padded_length=S, video_start=video_start, row_order=order, inverse_order=inverse)
+    with torch.no_grad():
+        got = StudioAttnProcessor(0, runtime)(attn, x, rope)
+        q, k, v = project_qkv(attn, x)
+        q, k = attn.norm_q(q), attn.norm_k(k)
+        q, k = _apply_rotary_emb(q, *rope), _apply_rotary_emb(k, *rope)
+        o = block_sparse_attention_reference(*(t.index_select(1, order) for t in (q, k, v)),
+                                             video_start=video_start, valid_len=valid, keep_ratio=0.25, tile=16)
+        want = attn.to_out[0](o.index_select(1, inverse).flatten(2, 3))
+    assert runtime.sparse_calls == 1
+    assert torch.allclose(got[:, :valid], want[:, :valid], atol=1e-5, rtol=0)
