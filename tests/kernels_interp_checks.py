@@ -162,7 +162,9 @@ def _():
 
 @check("topk_radix_select")
 def _():
-    for n, k_ in ((583, 59), (1607, 161), (20, 3), (16, 16), (17, 16), (7, 1), (100, 37), (3, 2), (640, 64)):
+    # one part (1607 -> 2048 lanes, 100, 20, ...) and two parts (583 -> 512 + 128, 640, 700, 40)
+    for n, k_ in ((583, 59), (1607, 161), (20, 3), (16, 16), (17, 16), (7, 1), (100, 37), (3, 2), (640, 64),
+                  (40, 5), (700, 70)):
         sc = fresh(2, 3, 5, n)
         got = bsa._topk_triton(sc, k_)
         ref = torch.sort(torch.topk(sc, k_, dim=-1).indices, -1).values
@@ -177,11 +179,12 @@ def _():
     tie[..., 7] = -1.0
     assert bsa._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]]
     assert bsa._topk_triton(-tie, 5).tolist() == [[[[0, 1, 2, 4, 7]] * 2]]
-    # n = 20 is held as 16 + 16 lanes: the tied keys run on into the second part
-    tie = torch.zeros(1, 20)
-    tie[0, 18], tie[0, 2] = 1.0, -1.0
-    assert bsa._topk_triton(tie, 18).tolist() == [[0, 1] + list(range(3, 19))]
-    assert bsa._topk_triton(tie, 19).tolist() == [[0, 1] + list(range(3, 20))]
+    # n = 40 is held as 32 + 16 lanes: the tied keys run on into the second part
+    tie = torch.zeros(1, 40)
+    tie[0, 38], tie[0, 2] = 1.0, -1.0
+    assert bsa._topk_blocks(40) == (32, 16, True)
+    assert bsa._topk_triton(tie, 38).tolist() == [[0, 1] + list(range(3, 39))]
+    assert bsa._topk_triton(tie, 39).tolist() == [[0, 1] + list(range(3, 40))]
     return "exact"
 
 
