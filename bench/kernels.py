@@ -2,7 +2,7 @@
 torch code; block-sparse attention against cuDNN / flash SDPA (dense) and FlexAttention at the same density; one
 whole H3 block stock vs fused vs fused + sparse. One device call runs the whole sweep:
 
-    python -m bench.kernels --out $OUT            # writes kernels.json and kernels.md under --out
+    python -m bench.kernels --out $OUT            # writes kernels.json under --out
 
 Sizes: 37,760 rows (5 s request) and 104,016 rows (14.375 s; attention bucketed to 104,064 with exact masking).
 Timings are medians of CUDA-event-timed repetitions after warm-up; compare ratios within one run only.
