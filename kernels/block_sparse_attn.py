@@ -313,7 +313,6 @@ def select_tiles(q, k, video_start: int, valid_len: int, keep_ratio: float, tile
     return select_tiles_reference(q, k, video_start, valid_len, keep_ratio, tile)
 
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # Attention: torch reference (the engine's CPU path)
 # ---------------------------------------------------------------------------------------------------------------
@@ -464,22 +463,15 @@ if HAS_TRITON:
 
 if HAS_TRITON:
 
-    # PROBE = 1 is a bench-only diagnostic of impl 3, never used by the op: the loads and both dots without the
-    # softmax (l_i still grows, so the output depends on every step and nothing is dead code).
-
     @triton.jit
-    def _bsa_scores(q, kt, FP32_DOT: tl.constexpr):
-        # S = q . kt^T for a [TILE, D] query tile and a [BLOCK_N, D] key block -> [TILE, BLOCK_N] fp32.
+    def _bsa_step(q, kt, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr, PROBE: tl.constexpr = 0):
+        # One online-softmax step over a [BLOCK_N, D] key/value block; bias is 0 for live keys and -inf for masked
+        # ones (one add per score instead of a select and a multiply). PROBE = 1 is a bench-only diagnostic, never
+        # used by the op: the loads and both dots without the softmax (l_i still grows, so nothing is dead code).
         if FP32_DOT:
             s = tl.dot(q.to(tl.float32), tl.trans(kt.to(tl.float32)), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(kt))
-        return s
-
-    @triton.jit
-    def _bsa_update(s, vt, bias, m_i, l_i, acc, qk_scale, FP32_DOT: tl.constexpr, PROBE: tl.constexpr = 0):
-        # One online-softmax step on the scores s of a [BLOCK_N, D] key/value block; bias is 0 for live keys and
-        # -inf for masked ones (one add per score instead of a select and a multiply).
         if PROBE == 1:
             m_new, l_i, acc = m_i, l_i + 1.0, tl.dot(s.to(vt.dtype), vt, acc)
         else:
@@ -544,16 +536,14 @@ if HAS_TRITON:
             kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
             vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
             bias = tl.where(r0 + offs_n < first_lim, 0.0, float("-inf"))
-            s = _bsa_scores(q, kt, FP32_DOT)
-            m_i, l_i, acc = _bsa_update(s, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, PROBE)
+            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, PROBE)
         for e in tl.range(0, n_gather, num_stages=STAGES):
             t = tl.load(idx_base + e).to(tl.int32)
             r0 = video_start + t * TILE
             kt = K_desc.load([b, r0, hd]).reshape(TILE, D)
             vv = V_desc.load([b, r0, hd]).reshape(TILE, D)
             bias = tl.where(r0 + offs_n < valid_len, 0.0, float("-inf"))
-            s = _bsa_scores(q, kt, FP32_DOT)
-            m_i, l_i, acc = _bsa_update(s, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, PROBE)
+            m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, PROBE)
 
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
