@@ -128,6 +128,7 @@ def video_record(row: VideoJob) -> VideoRecord:
         peak_memory_mb=row.peak_memory_mb,
         created_at=_aware(row.created_at),  # type: ignore[arg-type]
         completed_at=_aware(row.completed_at),
+        remote=_loads(row.remote_json) if row.remote_json else None,
     )
 
 

@@ -76,6 +76,9 @@ class VideoJob(Base):
     peak_memory_mb: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column()
     completed_at: Mapped[datetime | None] = mapped_column()
+    # A remote server's job, stored when the server accepts it ({"server", "video_id", "accepted_at"}), so a
+    # restarted studio can pick the job up again instead of failing it.
+    remote_json: Mapped[str | None] = mapped_column(Text)
 
     # Last line of defence: the store validates first, the database refuses what slips through.
     __table_args__ = (

@@ -84,6 +84,7 @@ class VideoRecord(_Record):
     peak_memory_mb: float | None
     created_at: datetime
     completed_at: datetime | None
+    remote: dict[str, Any] | None = None  # the remote server's job: {"server", "video_id", "accepted_at"}
 
 
 @dataclass(frozen=True)

@@ -95,8 +95,10 @@ class Store:
         """Open (creating if needed) the store in ``data_dir`` and migrate its database to the latest schema.
 
         With ``recover`` (the default, for the serving process) jobs and pairs a crash left queued or in
-        progress are marked failed. Pass ``recover=False`` for a second, read-mostly process (a CLI) that
-        must not fail the server's live jobs.
+        progress are marked failed, except jobs a remote server had accepted: those go back to "queued" and
+        are listed in ``resumable_videos`` (with the unfinished pairs that wait only for them) for the service
+        to resume or to fail. Pass ``recover=False`` for a second, read-mostly process (a CLI) that must not
+        fail the server's live jobs.
         """
         self.data_dir = Path(data_dir)
         (self.data_dir / "clips").mkdir(parents=True, exist_ok=True)
@@ -105,7 +107,10 @@ class Store:
         self._engine = make_engine(self.db_path)
         upgrade(self._engine)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
-        self.recovered_video_ids: list[str] = self._recover_unfinished() if recover else []
+        self.recovered_video_ids: list[str] = []
+        self.resumable_videos: list[VideoRecord] = []
+        if recover:
+            self.recovered_video_ids, self.resumable_videos = self._recover_unfinished()
 
     def close(self) -> None:
         """Release pooled connections (the store must not be used afterwards)."""
@@ -147,23 +152,41 @@ class Store:
         """A read-only transaction (a consistent snapshot; never blocks writers in WAL mode)."""
         return self._run(work, write=False)
 
-    def _recover_unfinished(self) -> list[str]:
-        """Mark jobs and pairs left queued/in progress by a crash as failed; return the video ids touched."""
+    def _recover_unfinished(self) -> tuple[list[str], list[VideoRecord]]:
+        """After a crash: fail the unfinished jobs, except those a remote server had accepted (back to
+        "queued", returned for resuming); fail the unfinished pairs that wait for a failed job.
+        Returns (every unfinished video id, the resumable video records)."""
 
-        def work(session: Session) -> list[str]:
-            ids = list(session.scalars(select(VideoJob.id).where(VideoJob.status.in_(UNFINISHED))))
+        def work(session: Session) -> tuple[list[str], list[VideoRecord]]:
+            rows = list(session.scalars(select(VideoJob).where(VideoJob.status.in_(UNFINISHED))))
             now = _now()
-            session.execute(
-                update(VideoJob)
-                .where(VideoJob.status.in_(UNFINISHED))
-                .values(status="failed", error=RESTART_ERROR, completed_at=now)
-            )
-            session.execute(
-                update(Pair)
-                .where(Pair.status.in_(UNFINISHED))
-                .values(status="failed", error=RESTART_ERROR, updated_at=now)
-            )
-            return ids
+            resumable = [row for row in rows if row.remote_json]
+            for row in rows:
+                if row.remote_json:
+                    row.status = "queued"
+                else:
+                    row.status, row.error, row.completed_at = "failed", RESTART_ERROR, now
+            waiting_ok = {row.id for row in resumable}
+            for pair in session.scalars(select(Pair).where(Pair.status.in_(UNFINISHED))):
+                videos = {pair.baseline_video_id, pair.candidate_video_id}
+                pending = {v for v in videos if v and self._video_row(session, v).status != "completed"}
+                if not pending <= waiting_ok or None in videos:
+                    pair.status, pair.error, pair.updated_at = "failed", RESTART_ERROR, now
+            session.flush()
+            return [row.id for row in rows], [convert.video_record(row) for row in resumable]
+
+        return self._write(work)
+
+    def set_video_remote(self, video_id: str, server: str, remote_video_id: str) -> VideoRecord:
+        """Remember the remote server's job for a video (called when the server accepts it)."""
+        handle = {"server": check.text(server, "server"), "video_id": check.text(remote_video_id, "video_id"),
+                  "accepted_at": _now().isoformat() + "Z"}
+
+        def work(session: Session) -> VideoRecord:
+            row = self._video_row(session, video_id)
+            row.remote_json = json.dumps(handle)
+            session.flush()
+            return convert.video_record(row)
 
         return self._write(work)
 

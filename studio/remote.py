@@ -23,6 +23,7 @@ import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -35,7 +36,7 @@ from engine.request import MAX_STEPS, MIN_STEPS, GenerationRequest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RemoteError", "RemotePool", "RemoteSpec", "RemoteTier", "RemotesFileError", "load_remotes"]
+__all__ = ["RemoteError", "RemoteJob", "RemotePool", "RemoteSpec", "RemoteTier", "RemotesFileError", "load_remotes"]
 
 REQUIRED_KEYS = ("name", "url", "tier")
 OPTIONAL_KEYS = ("description", "params", "api_key", "timeout_s", "steps", "extra_body")
@@ -313,15 +314,31 @@ class RemoteServer:
 
     def generate(self, request: GenerationRequest, tier_config: dict[str, Any],
                  on_step: Callable[[RemoteProgress], None] | None = None,
-                 cancel: Callable[[], bool] | None = None) -> RemoteClip:
-        """Run one job here from POST to a checked MP4; RemoteError (naming this server) on any failure."""
-        started = time.monotonic()
-        deadline = started + self.spec.timeout_s
+                 cancel: Callable[[], bool] | None = None,
+                 on_accepted: Callable[[str, str], None] | None = None) -> RemoteClip:
+        """Run one job here from POST to a checked MP4; RemoteError (naming this server) on any failure.
+        ``on_accepted(server name, remote video id)`` is called once the server has accepted the job."""
+        started = time.time()
         cancel = cancel or (lambda: False)
-        created = self._create(self.body(request), deadline, cancel)
+        created = self._create(self.body(request), time.monotonic() + self.spec.timeout_s, cancel)
         video_id = str(created.get("id") or "")
         if not video_id:
             raise RemoteError(f"{self.label} accepted the job but returned no video id: {created!r}")
+        if on_accepted is not None:
+            on_accepted(self.spec.name, video_id)
+        return self._finish(request, tier_config, video_id, started, on_step, cancel)
+
+    def resume(self, request: GenerationRequest, tier_config: dict[str, Any], video_id: str, accepted_at: float,
+               on_step: Callable[[RemoteProgress], None] | None = None,
+               cancel: Callable[[], bool] | None = None) -> RemoteClip:
+        """Pick up a job this server accepted before the studio restarted (``accepted_at``: epoch seconds);
+        its timeout still counts from then."""
+        return self._finish(request, tier_config, video_id, accepted_at, on_step, cancel or (lambda: False))
+
+    def _finish(self, request: GenerationRequest, tier_config: dict[str, Any], video_id: str, started: float,
+                on_step: Callable | None, cancel: Callable[[], bool]) -> RemoteClip:
+        """Poll an accepted job to its end, fetch and check its MP4 (``started``: epoch seconds of the POST)."""
+        deadline = time.monotonic() + self.spec.timeout_s - (time.time() - started)
         try:
             final = self._wait(video_id, deadline, on_step, cancel)
         except (GenerationCancelled, RemoteError):
@@ -330,9 +347,8 @@ class RemoteServer:
         fetch_started = time.monotonic()
         mp4 = self._content(video_id)
         probe = check_mp4(mp4, f"{self.label} returned content for video {video_id} that")
-        client_time = time.monotonic() - started
         self.completed += 1
-        return self._clip(request, tier_config, video_id, final, mp4, probe, client_time,
+        return self._clip(request, tier_config, video_id, final, mp4, probe, time.time() - started,
                           time.monotonic() - fetch_started)
 
     def _create(self, body: dict[str, Any], deadline: float, cancel: Callable[[], bool]) -> dict[str, Any]:
@@ -469,26 +485,51 @@ def check_mp4(data: bytes, what: str = "the content") -> Any:
 # ------------------------------------------------------------------------------------------ the pool
 
 
+@dataclass(frozen=True)
+class RemoteJob:
+    """What a remote tier's job queue hands its engine: the request and its tier config, where to report the
+    server's video id once a server accepts it, and, for a job resumed after a restart, that server's job."""
+
+    request: GenerationRequest
+    tier_config: dict[str, Any]
+    on_accepted: Callable[[str, str], None] | None = None
+    resume: dict[str, Any] | None = None  # {"server", "video_id", "accepted_at" (ISO UTC)}
+
+
 class RemoteTier:
     """The engine of one tier's job queue: each job goes to the least-busy healthy server of the tier."""
 
     def __init__(self, pool: RemotePool, tier: str):
         self.pool, self.tier = pool, tier
 
-    def generate(self, job_request: tuple[GenerationRequest, dict[str, Any]], on_step: Callable | None = None,
+    def generate(self, job: RemoteJob, on_step: Callable | None = None,
                  cancel: Callable[[], bool] | None = None) -> RemoteClip:
-        """``job_request`` is (validated request, tier config). A server that turns out unreachable when the
-        job is posted is marked unhealthy and the next one is tried; a failure after that ends the job."""
-        request, tier_config = job_request
+        """A server that turns out unreachable when the job is posted is marked unhealthy and the next one is
+        tried; a failure after that ends the job. A resumed job goes back to the server that accepted it."""
+        if job.resume is not None:
+            return self._resume(job, on_step, cancel)
         tried: list[str] = []
         while True:
             server = self.pool.acquire(self.tier, exclude=tried)
             try:
-                return server.generate(request, tier_config, on_step, cancel)
+                return server.generate(job.request, job.tier_config, on_step, cancel, job.on_accepted)
             except RemoteUnreachable:
                 tried.append(server.spec.name)  # it never accepted the job: another server of the tier may
             finally:
                 self.pool.release(server)
+
+    def _resume(self, job: RemoteJob, on_step: Callable | None, cancel: Callable[[], bool] | None) -> RemoteClip:
+        name, video_id = job.resume["server"], job.resume["video_id"]
+        server = self.pool.server(name)
+        if server is None or server.spec.tier != self.tier:
+            raise RemoteError(f"remote {name!r} made video {video_id} before the restart, but the studio now has "
+                              f"no remote {name!r} for tier {self.tier!r} in its --remotes file")
+        accepted = datetime.fromisoformat(job.resume["accepted_at"].replace("Z", "+00:00")).timestamp()
+        self.pool.take(server)
+        try:
+            return server.resume(job.request, job.tier_config, video_id, accepted, on_step, cancel)
+        finally:
+            self.pool.release(server)
 
 
 class RemotePool:
@@ -573,6 +614,14 @@ class RemotePool:
             server.busy += 1
             server.last_assigned = time.monotonic()
             return server
+
+    def server(self, name: str) -> RemoteServer | None:
+        return self._servers.get(name)
+
+    def take(self, server: RemoteServer) -> None:
+        """Count a job on this very server (a resumed job) until ``release``."""
+        with self._lock:
+            server.busy += 1
 
     def release(self, server: RemoteServer) -> None:
         with self._lock:

@@ -16,13 +16,14 @@ wait for the engine, so they stay fast while a clip is being generated.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -37,7 +38,7 @@ from engine.request import ASPECT_RATIOS, GenerationRequest, ModelLimits, valida
 from engine.tiers import TierPlan
 from studio.export import export_pairs
 from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
-from studio.remote import RemotePool, RemoteUnavailable
+from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +108,10 @@ class PlannedRequest:
     model_name: str
     remote: bool = False  # True: the tier's --remotes servers make it, else the in-process engine
 
-    @property
-    def job_request(self) -> Any:
-        """What the job queue hands its engine: the request, or (request, tier config) for a remote tier."""
-        return (self.request, self.tier_config) if self.remote else self.request
+    def job_request(self, on_accepted: Callable[[str, str], None]) -> Any:
+        """What the job queue hands its engine: the request, or for a remote tier a RemoteJob that reports the
+        server's video id to ``on_accepted(server, remote video id)``."""
+        return RemoteJob(self.request, self.tier_config, on_accepted) if self.remote else self.request
 
     def record(self, **extra: Any) -> dict[str, Any]:
         """The request JSON stored with a video job (shown back by GET /v1/videos/{id})."""
@@ -221,6 +222,7 @@ class StudioService:
             tier: JobQueue(remotes.engine(tier), store, config.queue_size, on_start=self._video_started,
                            on_finish=self._video_finished, workers=len(remotes.servers(tier)), name=f"remote-{tier}")
             for tier in (remotes.tiers if remotes else ())}
+        self._resume_remote_jobs(store.resumable_videos)
         if engine is not None:
             self.attach_engine(engine)
 
@@ -235,6 +237,37 @@ class StudioService:
         """
         config = ServiceConfig(Path(data_dir), pod_rate_usd_per_hour, queue_size)
         return cls(Store(config.data_dir, approval_rule, recover=recover), config, engine=engine, **kwargs)
+
+    def _resume_remote_jobs(self, videos: list[VideoRecord]) -> None:
+        """Jobs a remote server accepted before a restart go back to that server's tier queue, and the pairs
+        waiting for them wait again; a job whose server is no longer configured (or that finds the queue full)
+        fails, naming the server."""
+        if not videos:
+            return
+        waiting: dict[str, set[str]] = {}
+        for status in ("queued", "in_progress"):
+            for pair in self.store.list_pairs(status=status):
+                for video_id in (pair.baseline_video_id, pair.candidate_video_id):
+                    waiting.setdefault(video_id, set()).add(pair.id)
+        for video in videos:
+            self._waiting[video.id] = waiting.get(video.id, set())
+            try:
+                self._resubmit_remote(video)
+            except (QueueFull, RemoteError) as error:
+                self.store.update_video(video.id, status="failed", error=f"not resumed after the restart: {error}")
+                self._video_finished(JobOutcome(video.id, "failed", error=str(error)))
+
+    def _resubmit_remote(self, video: VideoRecord) -> None:
+        server = video.remote["server"]
+        queue = self._remote_queues.get(video.tier)
+        if queue is None or self.remotes.server(server) is None:
+            raise RemoteError(f"remote {server!r} made this video, but the studio now has no remote {server!r} "
+                              f"for tier {video.tier!r} (see --remotes)")
+        request = GenerationRequest(**{f.name: video.request[f.name] for f in fields(GenerationRequest)
+                                       if f.name in video.request})
+        queue.submit(video.id, RemoteJob(request, self.remotes.tier_config(video.tier, request.steps),
+                                         resume=video.remote))
+        log.info("resuming video %s on remote %s (its video %s)", video.id, server, video.remote["video_id"])
 
     # --------------------------------------------------------------------------------------- engine
 
@@ -310,7 +343,8 @@ class StudioService:
                     reservations[id(queue)] = stack.enter_context(queue.reserve(sum(q is queue for q in queues)))
 
             def enqueue(item: PlannedRequest, video_id: str) -> None:
-                reservations[id(self._queue_of(item))].enqueue(Job(video_id, item.job_request))
+                job_request = item.job_request(functools.partial(self.store.set_video_remote, video_id))
+                reservations[id(self._queue_of(item))].enqueue(Job(video_id, job_request))
 
             yield enqueue
 

@@ -94,7 +94,7 @@ def test_migrated_schema_matches_models(store: Store) -> None:
         diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         current = MigrationContext.configure(conn).get_current_revision()
     assert diffs == []
-    assert current == ScriptDirectory.from_config(alembic_config()).get_current_head() == "0001"
+    assert current == ScriptDirectory.from_config(alembic_config()).get_current_head() == "0002"
 
 
 def test_migration_runs_standalone_and_downgrades(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_migration_runs_standalone_and_downgrades(tmp_path: Path) -> None:
     config.set_main_option("sqlalchemy.url", f"sqlite:///{db_path}")
     command.upgrade(config, "head")
     with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0002"
     command.downgrade(config, "base")
     with sqlite3.connect(db_path) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -123,7 +123,7 @@ def test_schema_comes_from_alembic_not_create_all(store: Store) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
     assert {"clips", "video_jobs", "configurations", "pairs", "verdicts", "alembic_version"} <= tables
-    assert version == "0001"
+    assert version == "0002"
 
 
 # ------------------------------------------------------------------------------------------------- clips
@@ -516,6 +516,42 @@ def test_restart_fails_jobs_a_crash_left_unfinished(tmp_path: Path) -> None:
         assert second.get_video(running.id).request == {"prompt": "r"}
         assert second.get_video(done).status == "completed"
         assert (second.get_pair(pair.id).status, second.get_pair(pair.id).error) == ("failed", RESTART_ERROR)
+
+
+def test_restart_keeps_jobs_a_remote_server_had_accepted(tmp_path: Path) -> None:
+    first = Store(tmp_path / "data")
+    base = completed_video(first, "b", 1, "fast", FAST_TIER, "base")
+    remote = first.update_video(first.create_video({"prompt": "r"}, "fast").id, status="in_progress", progress=40)
+    first.set_video_remote(remote.id, "pod-a", "vid_9")
+    local = first.create_video({"prompt": "l"}, "fast")
+    waiting = first.create_pair("w", 1, "fast", FAST_TIER, target(), MODEL)
+    first.set_pair_videos(waiting.id, base, remote.id)
+    broken = first.create_pair("x", 1, "fast", FAST_TIER, target(), MODEL)
+    first.set_pair_videos(broken.id, local.id, remote.id)
+    first.close()
+    with Store(tmp_path / "data") as second:
+        (resumable,) = second.resumable_videos
+        assert resumable.id == remote.id and resumable.status == "queued" and resumable.progress == 40
+        assert resumable.remote["server"] == "pod-a" and resumable.remote["video_id"] == "vid_9"
+        assert second.get_video(local.id).status == "failed"
+        assert second.get_pair(waiting.id).status == "queued"  # waits for the resumed job only
+        assert second.get_pair(broken.id).status == "failed"  # its local job is gone
+    with Store(tmp_path / "data", recover=False) as peek, pytest.raises(StoreError, match="server"):
+        peek.set_video_remote(remote.id, "", "vid_9")
+
+
+def test_migration_0002_keeps_rows_stored_under_0001(tmp_path: Path) -> None:
+    db_path = tmp_path / "data" / "studio.db"
+    db_path.parent.mkdir()
+    config = alembic_config()
+    config.set_main_option("sqlalchemy.url", f"sqlite:///{db_path}")
+    command.upgrade(config, "0001")
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("INSERT INTO video_jobs (id, status, progress, tier, model, request_json, created_at) "
+                     "VALUES ('video_old', 'failed', 0, 'fast', 'm', '{\"prompt\": \"old\"}', '2026-12-02 10:00:00')")
+    with Store(tmp_path / "data") as store:
+        old = store.get_video("video_old")
+        assert (old.request, old.remote) == ({"prompt": "old"}, None)
 
 
 # -------------------------------------------------------------------------------------------------- files

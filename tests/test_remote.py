@@ -31,8 +31,9 @@ import app as studio_app
 from engine.errors import GenerationCancelled
 from engine.media import encode_mp4, probe_mp4
 from engine.request import validate_request
+from db import Store
 from studio.api import create_app
-from studio.remote import RemoteError, RemotePool, RemotesFileError, load_remotes, parse_remotes
+from studio.remote import RemoteError, RemoteJob, RemotePool, RemotesFileError, load_remotes, parse_remotes
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui import _tier_card
 
@@ -152,9 +153,9 @@ def test_app_wires_remotes_into_rest(tmp_path):
 # ------------------------------------------------------------------------------- the scripted server
 
 
-def tiny_mp4() -> bytes:
+def tiny_mp4(level: int = 200) -> bytes:
     frames = np.zeros((3, 32, 64, 3), np.uint8)
-    frames[:, :, :32] = 200
+    frames[:, :, :32] = level
     return encode_mp4(frames, 24)
 
 
@@ -259,7 +260,7 @@ def scripted(request):
 
 def run_one(pool: RemotePool, cancel=None, progress: list | None = None):
     request = validate_request({"prompt": "a kite", "seed": 9, "tier": "turbo", **TARGET})
-    return pool.engine("turbo").generate((request, pool.tier_config("turbo", None)),
+    return pool.engine("turbo").generate(RemoteJob(request, pool.tier_config("turbo", None)),
                                          on_step=progress.append if progress is not None else None, cancel=cancel)
 
 
@@ -347,14 +348,15 @@ def test_a_job_posted_to_a_dead_server_goes_to_another_of_its_tier():
 class StudioServer:
     """``python app.py --no-ui`` on the nano model, serving one tier by default."""
 
-    def __init__(self, name: str, tier: str, data_dir: Path):
+    def __init__(self, name: str, tier: str | None, data_dir: Path, *args: str):
         self.name, self.tier, self.port = name, tier, free_port()
         self.log_path = data_dir / f"{name}.log"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        tier_args = ["--default-tier", tier] if tier else []
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, str(ROOT / "app.py"), "--no-ui", "--port", str(self.port), "--data-dir",
-                 str(data_dir / name), "--default-tier", tier], cwd=ROOT, env=env, stdout=log,
+                 str(data_dir / name), *tier_args, *args], cwd=ROOT, env=env, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True)
 
     @property
@@ -510,3 +512,54 @@ def test_server_killed_mid_job_fails_the_job_and_the_studio_keeps_serving(studio
     assert studio.add_verdict(kept.id, "ben", "reject", ["ghosting"]).decision == "reject"
     again = studio.submit_video({"prompt": "after the crash", "seed": 2, "tier": "turbo", **TARGET})
     assert finished_video(studio, again.id).status == "completed"
+
+
+def test_a_restarted_studio_resumes_the_remote_jobs_it_had_posted(tmp_path, nano_engine):
+    """SIGKILL the studio while remote servers generate; the next studio on the same data dir polls the same
+    remote jobs to the end (no second POST) and completes their pair. A job whose server is no longer in the
+    --remotes file fails, naming the server."""
+    base = ScriptedServer(polls_before_final=0)
+    # (a different MP4 than the baseline's: clips are stored by content, and equal bytes would be one clip)
+    turbo = ScriptedServer(polls_before_final=10 ** 9, content=tiny_mp4(120))
+    gone = ScriptedServer(polls_before_final=10 ** 9)
+    table = "[[remote]]\nname = '{}'\nurl = '{}'\ntier = '{}'\n"
+    rows = [("base", base.url, "baseline"), ("fast", turbo.url, "turbo"), ("gone", gone.url, "slow")]
+    remotes = write(tmp_path, "".join(table.format(*row) for row in rows))
+    first = StudioServer("first", None, tmp_path, "--remotes", str(remotes))
+    try:
+        wait_until(first.ready, TIMEOUT_S, 0.5, "the first studio")
+        pair = httpx.post(f"{first.url}/v1/pairs", json={"prompt": "resume me", "seed": 4, "tier": "turbo",
+                                                          "target": TARGET}, timeout=30).json()
+        lost = httpx.post(f"{first.url}/v1/videos", json={"prompt": "lost", "tier": "slow", "target": TARGET},
+                          timeout=30).json()
+        reader = Store(tmp_path / "first", recover=False)
+        pending = [pair["candidate_video_id"], lost["id"]]
+        wait_until(lambda: all(reader.get_video(v).remote for v in pending)
+                   and reader.get_video(pair["baseline_video_id"]).status == "completed", what="the remote jobs")
+        posted_at = time.monotonic()
+        first.kill()  # a crash: nothing gets to mark the jobs failed
+        reader.close()
+
+        pool = RemotePool(parse_remotes({"remote": [{"name": n, "url": u, "tier": t} for n, u, t in rows[:2]]}),
+                          retry_s=1.0, poll_s=0.05)
+        service = StudioService.open(tmp_path / "first", engine=nano_engine, quality_loader=lambda: None,
+                                     remotes=pool)
+        try:
+            assert service.get_pair(pair["id"]).status != "failed"  # waiting again, not failed by the restart
+            turbo.script["polls_before_final"] = 0  # the remote job finishes after the restart
+            released = time.monotonic()
+            view = finished_pair(service, pair["id"])
+            assert view.status == "completed", view.error
+            candidate = view.candidate
+            # The studio's POST-to-MP4 time spans the crash and the restart.
+            assert candidate.engine == "remote fast" and candidate.client_time_s >= released - posted_at
+            assert len([r for r in turbo.requests if r[0] == "POST"]) == 1  # polled again, never re-posted
+            failed = finished_video(service, lost["id"])
+            assert failed.status == "failed"
+            assert "not resumed after the restart" in failed.error and "remote 'gone'" in failed.error
+        finally:
+            service.close()
+    finally:
+        first.stop()
+        for server in (base, turbo, gone):
+            server.stop()
