@@ -259,6 +259,7 @@ def video_object(view: VideoView) -> dict[str, Any]:
         "compiles": view.compiles,
         "engine": view.engine,
         "client_time_s": view.client_time_s,
+        "remote_job": view.remote_job,  # {"server", "video_id", "accepted_at"} once a remote server accepted it
     }
 
 

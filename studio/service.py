@@ -148,6 +148,7 @@ class VideoView:
     compiles: dict[str, Any] | None = None  # kernel compile keys this clip used, from its sidecar
     engine: str = "local"  # "local", or "remote <name>" once a remote server made the clip
     client_time_s: float | None = None  # remote clips: POST to downloaded MP4, as the studio measured it
+    remote_job: dict[str, Any] | None = None  # the remote server's job once it accepted it: server, video_id
 
     def as_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -518,8 +519,8 @@ class StudioService:
             timings=dict(clip.timings) if clip else {}, reused_clip="reused_clip" in request, request=request,
             tokens=clip.tokens if clip else None, compiles=clip.sidecar.get("compiles") if clip else None,
             engine=f"remote {clip.sidecar['remote']['name']}" if clip and clip.sidecar.get("remote")
-            else request.get("engine", "local"),
-            client_time_s=clip.sidecar.get("client_time_s") if clip else None,
+            else f"remote {record.remote['server']}" if record.remote else request.get("engine", "local"),
+            client_time_s=clip.sidecar.get("client_time_s") if clip else None, remote_job=record.remote,
         )
 
     def _clip(self, sha: str | None) -> ClipRecord | None:

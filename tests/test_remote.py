@@ -546,6 +546,8 @@ def test_a_restarted_studio_resumes_the_remote_jobs_it_had_posted(tmp_path, nano
                                      remotes=pool)
         try:
             assert service.get_pair(pair["id"]).status != "failed"  # waiting again, not failed by the restart
+            waiting = service.get_video(pair["candidate_video_id"])
+            assert waiting.engine == "remote fast" and waiting.remote_job["video_id"] == "vid_1"
             turbo.script["polls_before_final"] = 0  # the remote job finishes after the restart
             released = time.monotonic()
             view = finished_pair(service, pair["id"])
