@@ -519,15 +519,12 @@ class RemoteTier:
                 self.pool.release(server)
 
     def _resume(self, job: RemoteJob, on_step: Callable | None, cancel: Callable[[], bool] | None) -> RemoteClip:
-        name, video_id = job.resume["server"], job.resume["video_id"]
-        server = self.pool.server(name)
-        if server is None or server.spec.tier != self.tier:
-            raise RemoteError(f"remote {name!r} made video {video_id} before the restart, but the studio now has "
-                              f"no remote {name!r} for tier {self.tier!r} in its --remotes file")
+        """Poll the job on the server that accepted it (the service resumes only jobs whose server it has)."""
+        server = self.pool.server(job.resume["server"])
         accepted = datetime.fromisoformat(job.resume["accepted_at"].replace("Z", "+00:00")).timestamp()
         self.pool.take(server)
         try:
-            return server.resume(job.request, job.tier_config, video_id, accepted, on_step, cancel)
+            return server.resume(job.request, job.tier_config, job.resume["video_id"], accepted, on_step, cancel)
         finally:
             self.pool.release(server)
 
