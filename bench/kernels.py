@@ -283,8 +283,8 @@ def sweep_config(config: dict, names, grid, fn) -> dict:
 def kv_bytes(S, video_start, n_video_tiles, k_keep, tile=64):
     """Bytes of K and V one sparse attention pass moves into shared memory (every program's tiles, bf16)."""
     per_tile = 2 * tile * D * 2
-    n_sink_qt = -(-video_start // tile)
-    tiles = n_video_tiles * (-(-video_start // tile) + k_keep) + n_sink_qt * -(-S // tile)
+    n_sink_tiles = -(-video_start // tile)  # sink key tiles of a video query tile = sink query tiles
+    tiles = n_video_tiles * (n_sink_tiles + k_keep) + n_sink_tiles * -(-S // tile)
     return tiles * H * per_tile
 
 

@@ -371,6 +371,42 @@ def block_sparse_attention_reference(q, k, v, *, video_start: int, valid_len: in
 
 if HAS_TRITON:
 
+    @triton.jit
+    def _bsa_query_tile(Q, stride_qb, stride_qs, stride_qh, H, video_start, valid_len, n_sink_qt,
+                        TILE: tl.constexpr, D: tl.constexpr):
+        # This program's query tile on the grid (query tiles, B*H). Axis 0 runs fastest, so concurrently resident
+        # programs share one head's K/V in L2. Query tiles 0..n_sink_qt are the dense sink/text tiles (scheduled
+        # first: they are the long ones), then video tiles, then tiles that are all padding (they only write
+        # zeros). Returns b, h, is_sink_q, vt (video tile number), rows, qmask and the [TILE, D] query tile.
+        pid_t = tl.program_id(0)
+        pid_bh = tl.program_id(1)
+        b = pid_bh // H
+        h = pid_bh % H
+        is_sink_q = pid_t < n_sink_qt
+        vt = pid_t - n_sink_qt
+        q_start = tl.where(is_sink_q, pid_t * TILE, video_start + vt * TILE)
+        q_lim = tl.where(is_sink_q, video_start, valid_len)
+        rows = (q_start + tl.arange(0, TILE)).to(tl.int64)
+        qmask = rows < q_lim
+        # batch offsets can pass 2**31 elements at 104k tokens
+        q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None] * stride_qs
+                    + tl.arange(0, D)[None, :], mask=qmask[:, None], other=0.0)
+        return b, h, is_sink_q, vt, rows, qmask, q
+
+    @triton.jit
+    def _bsa_store(O, acc, l_i, b, h, rows, qmask, is_sink_q, video_start, S, stride_ob, stride_os, stride_oh,
+                   D: tl.constexpr):
+        # out = acc / l; rows without a key and padded query rows get exact zeros. Every row this program owns
+        # below S is stored.
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
+        smask = (rows < tl.where(is_sink_q, video_start, S))[:, None]
+        tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_os
+                 + tl.arange(0, D)[None, :], out.to(O.dtype.element_ty), mask=smask)
+
+
+if HAS_TRITON:
+
     @triton.jit(do_not_specialize=["S", "video_start", "valid_len", "n_sink_qt", "n_vid_tiles", "k_keep",
                                    "stride_ib", "stride_ih", "stride_it"])
     def _bsa_fwd_kernel(
@@ -383,25 +419,10 @@ if HAS_TRITON:
         H, S, video_start, valid_len, n_sink_qt, n_vid_tiles, k_keep, qk_scale,
         TILE: tl.constexpr, D: tl.constexpr, KV_TILES: tl.constexpr, FP32_DOT: tl.constexpr,
     ):
-        # Grid (query tiles, B*H). Axis 0 runs fastest, so concurrently resident programs share one head's K/V in L2.
-        # Query tiles 0..n_sink_qt are the dense sink/text tiles (scheduled first: they are the long ones), then
-        # video tiles, then tiles that are all padding (they only write zeros).
-        pid_t = tl.program_id(0)
-        pid_bh = tl.program_id(1)
-        b = (pid_bh // H).to(tl.int64)  # batch offsets can pass 2**31 elements at 104k tokens
-        h = pid_bh % H
-        offs_m = tl.arange(0, TILE)
+        b, h, is_sink_q, vt, rows, qmask, q = _bsa_query_tile(Q, stride_qb, stride_qs, stride_qh, H, video_start,
+                                                              valid_len, n_sink_qt, TILE, D)
+        b = b.to(tl.int64)
         offs_d = tl.arange(0, D)
-
-        is_sink_q = pid_t < n_sink_qt
-        vt = pid_t - n_sink_qt
-        q_start = tl.where(is_sink_q, pid_t * TILE, video_start + vt * TILE)
-        q_lim = tl.where(is_sink_q, video_start, valid_len)
-        rows = (q_start + offs_m).to(tl.int64)
-        qmask = rows < q_lim
-
-        q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :],
-                    mask=qmask[:, None], other=0.0)
 
         # Key schedule: "first" chunks are contiguous from row 0 up to first_lim (all valid keys for a sink query
         # tile, the sink keys for a video tile); then the k_keep gathered video tiles from IDX, KV_TILES per step
@@ -453,12 +474,7 @@ if HAS_TRITON:
                 acc = acc * alpha[:, None] + tl.dot(p.to(vv.dtype), vv)
             m_i = m_new
 
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
-        # Store every row this program owns below S (padding rows get exact zeros).
-        smask = (rows < tl.where(is_sink_q, video_start, S))[:, None]
-        tl.store(O + b * stride_ob + h * stride_oh + rows[:, None] * stride_os + offs_d[None, :],
-                 out.to(O.dtype.element_ty), mask=smask)
+        _bsa_store(O, acc, l_i, b, h, rows, qmask, is_sink_q, video_start, S, stride_ob, stride_os, stride_oh, D)
 
 
 if HAS_TRITON:
@@ -503,21 +519,8 @@ if HAS_TRITON:
         # shape [B, valid_len, H * D]: no [TILE, D] pointer tensors in registers (_bsa_fwd_kernel's spill), the
         # loads are pipelined into shared memory, and rows at or past valid_len arrive as zeros, so padding garbage
         # can not leak. Each 64-row key tile is one [1, TILE, D] box at (b, first row, h * D).
-        pid_t = tl.program_id(0)
-        pid_bh = tl.program_id(1)
-        b = pid_bh // H
-        h = pid_bh % H
-        offs_m = tl.arange(0, TILE)
-        offs_d = tl.arange(0, D)
-
-        is_sink_q = pid_t < n_sink_qt
-        vt = pid_t - n_sink_qt
-        q_start = tl.where(is_sink_q, pid_t * TILE, video_start + vt * TILE)
-        q_lim = tl.where(is_sink_q, video_start, valid_len)
-        rows = (q_start + offs_m).to(tl.int64)
-        qmask = rows < q_lim
-        q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :],
-                    mask=qmask[:, None], other=0.0)
+        b, h, is_sink_q, vt, rows, qmask, q = _bsa_query_tile(Q, stride_qb, stride_qs, stride_qh, H, video_start,
+                                                              valid_len, n_sink_qt, TILE, D)
 
         live = vt < n_vid_tiles
         first_lim = tl.where(is_sink_q, valid_len, video_start)
@@ -545,11 +548,7 @@ if HAS_TRITON:
             bias = tl.where(r0 + offs_n < valid_len, 0.0, float("-inf"))
             m_i, l_i, acc = _bsa_step(q, kt, vv, bias, m_i, l_i, acc, qk_scale, FP32_DOT, PROBE)
 
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        out = tl.where(qmask[:, None] & (l_i > 0)[:, None], out, 0.0)
-        smask = (rows < tl.where(is_sink_q, video_start, S))[:, None]
-        tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_os + offs_d[None, :],
-                 out.to(O.dtype.element_ty), mask=smask)
+        _bsa_store(O, acc, l_i, b, h, rows, qmask, is_sink_q, video_start, S, stride_ob, stride_os, stride_oh, D)
 
 
 def kernel_compile_count() -> int:
