@@ -1,0 +1,186 @@
+"""The project's import graph: no cycles, imports run one way, no module over the line limit (issue 22).
+
+The graph is read from the source with `ast` (nothing is imported, so the test runs without torch or diffusers)
+and counts every import: module level, inside functions and under `TYPE_CHECKING`, since each of them ties two
+modules together. An edge goes to the most specific project module named (`from engine import plan` is an edge
+to `engine.plan`); a package's `__init__` is a module of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("engine", "kernels", "studio", "db", "bench", "train")
+TOP_LEVEL = ("app",)
+LINE_LIMIT = 800
+# Modules still over LINE_LIMIT, with the reason. The limit test also fails when one of them drops under the
+# limit, so this list only ever shrinks.
+OVER_LIMIT = {
+    "engine/lora.py": "issue 22: adapter formats and key mapping vs applying the adapter, not split yet",
+    "engine/parallel.py": "issue 22 item 2: to split into the distributed part and the workers part",
+    "studio/service.py": "issue 22 item 3: to split into a thin service, the pair state machine and the views",
+}
+# importer prefix -> module prefixes it must never import (architecture: studio -> engine -> kernels, studio -> db).
+FORBIDDEN = {
+    "engine": ("studio", "db", "app", "bench", "train"),
+    "kernels": ("engine", "studio", "db", "app", "bench", "train"),
+    "db": ("engine", "kernels", "studio", "app", "bench", "train"),
+    "studio.quality": ("engine", "kernels", "db", "app"),
+}
+
+
+def project_modules(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py of the project's packages and top-level scripts."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    for name in TOP_LEVEL:
+        if (root / f"{name}.py").exists():
+            modules[name] = root / f"{name}.py"
+    return modules
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The longest prefix of `name` that is a project module, or None for a third-party module."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in modules:
+            return candidate
+    return None
+
+
+def _imported_names(module: str, path: Path) -> list[str]:
+    """Every dotted name `module` imports, relative imports made absolute; `from a import b` gives `a.b`."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            names.extend(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Project module -> the project modules it imports (itself excluded)."""
+    modules = project_modules(root)
+    graph = {}
+    for module, path in modules.items():
+        targets = {_resolve(name, modules) for name in _imported_names(module, path)}
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        return list(error.args[1])
+    return None
+
+
+def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    """'importer -> imported' for every edge that runs against the layering."""
+    def under(module: str, prefix: str) -> bool:
+        return module == prefix or module.startswith(prefix + ".")
+
+    bad = []
+    for importer, targets in sorted(graph.items()):
+        for prefix, banned in FORBIDDEN.items():
+            if under(importer, prefix):
+                bad.extend(f"{importer} -> {t}" for t in sorted(targets) if any(under(t, b) for b in banned))
+    return bad
+
+
+def long_modules(root: Path, limit: int = LINE_LIMIT) -> dict[str, int]:
+    """Project file (relative path) -> line count, for files over `limit` lines."""
+    counts = {str(path.relative_to(root)): len(path.read_text().splitlines())
+              for path in project_modules(root).values()}
+    return {name: count for name, count in sorted(counts.items()) if count > limit}
+
+
+# ------------------------------------------------------------------------------------------------ the project
+
+
+@pytest.mark.xfail(strict=True, reason="issue 22 item 2: engine.attention <-> engine.fused and "
+                                       "engine.engine <-> engine.parallel")
+def test_project_has_no_import_cycle():
+    assert find_cycle(import_graph(ROOT)) is None
+
+
+def test_imports_run_one_way():
+    assert forbidden_imports(import_graph(ROOT)) == []
+
+
+def test_no_module_over_the_line_limit():
+    over = long_modules(ROOT)
+    assert {name: count for name, count in over.items() if name not in OVER_LIMIT} == {}, \
+        f"split these modules (limit {LINE_LIMIT} lines)"
+    assert sorted(set(OVER_LIMIT) - set(over)) == [], "now under the limit: remove them from OVER_LIMIT"
+
+
+# ------------------------------------------------------------------------------------- the checks themselves
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_a_function_level_import_closes_a_cycle(tmp_path):
+    root = _tree(tmp_path, {
+        "engine/__init__.py": "",
+        "engine/a.py": "from engine.b import g\n",
+        "engine/b.py": "def g():\n    from engine import a\n",
+        "engine/c.py": "from . import a\n",
+    })
+    assert import_graph(root)["engine.c"] == {"engine.a"}
+    cycle = find_cycle(import_graph(root))
+    assert cycle is not None and set(cycle) == {"engine.a", "engine.b"}
+
+
+def test_a_type_checking_import_closes_a_cycle(tmp_path):
+    root = _tree(tmp_path, {
+        "engine/__init__.py": "",
+        "engine/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from engine.b import B\n",
+        "engine/b.py": "import engine.a\n",
+    })
+    assert find_cycle(import_graph(root)) is not None
+
+
+def test_engine_importing_studio_or_db_is_reported(tmp_path):
+    root = _tree(tmp_path, {
+        "engine/__init__.py": "", "engine/a.py": "import torch\nfrom studio.service import X\n",
+        "kernels/__init__.py": "", "kernels/k.py": "from db import Store\n",
+        "studio/__init__.py": "", "studio/service.py": "from engine.a import Y\nfrom db import Store\n",
+        "db/__init__.py": "",
+    })
+    assert forbidden_imports(import_graph(root)) == ["engine.a -> studio.service", "kernels.k -> db"]
+
+
+def test_long_modules_are_listed(tmp_path):
+    root = _tree(tmp_path, {"engine/__init__.py": "", "engine/big.py": "x = 1\n" * 801, "engine/ok.py": "x = 1\n"})
+    assert long_modules(root) == {"engine/big.py": 801}
+
+
+@pytest.mark.parametrize("module", ["engine.engine", "engine.attention", "studio.service"])
+def test_the_graph_sees_the_project(module):
+    assert import_graph(ROOT)[module], f"{module} imports no project module? the graph reader is broken"
