@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     tiers = commands.add_parser("tiers", help="print the tier table as JSON")
     tiers.add_argument("--duration", type=float, default=None)
     tiers.add_argument("--tiers-file", default=None)
+    tiers.add_argument("--model", default=None, help="checkpoint folder whose labels apply (default: embedded h3-nano)")
     return parser
 
 
@@ -76,6 +77,7 @@ def _generate(args) -> int:
 
 def _info(args) -> int:
     from engine.components import load_components
+    from engine.labels import model_label
     from engine.plan import token_counts
 
     components = load_components(args.model)
@@ -85,6 +87,7 @@ def _info(args) -> int:
         "model_id": components.model_id,
         "path": components.path,
         "untrained": components.untrained,
+        **model_label(components.untrained),
         "config": {
             "transformer": dict(components.transformer.config),
             "vae": dict(components.vae.config),
@@ -99,9 +102,11 @@ def _info(args) -> int:
 
 
 def _tiers(args) -> int:
-    from engine.tiers import TierTable
+    from engine.labels import model_untrained
+    from engine.tiers import ASSETS, TierTable
 
-    print(json.dumps(TierTable.load(args.tiers_file).describe(args.duration), indent=2))
+    untrained = model_untrained(args.model or ASSETS / "nano")  # read from its h3_studio.json; no weights loaded
+    print(json.dumps(TierTable.load(args.tiers_file).describe(args.duration, untrained), indent=2))
     return 0
 
 

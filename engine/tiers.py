@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from engine.errors import RequestError
+from engine.labels import tier_label
 from engine.request import GenerationRequest, ModelLimits, validate_request
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -99,8 +100,9 @@ class TierSpec:
 DEFAULT_TIERS: tuple[TierSpec, ...] = (
     TierSpec("baseline", "50 steps, dense attention, no LoRA, no cache: the reference every tier is judged against",
              steps=50),
-    TierSpec("turbo", "9-step distilled LoRA", steps=9, lora=LoraSpec("nano-turbo-9.safetensors"), bucket=64),
-    TierSpec("turbo-5", "5-step distilled LoRA: fastest, quality rejected so far", steps=5, status="experimental",
+    # LoRA descriptions leave "distilled" to the file's own metadata (engine/labels.py): a random stand-in is not one.
+    TierSpec("turbo", "9-step turbo LoRA", steps=9, lora=LoraSpec("nano-turbo-9.safetensors"), bucket=64),
+    TierSpec("turbo-5", "5-step turbo LoRA: fastest, quality rejected so far", steps=5, status="experimental",
              lora=LoraSpec("nano-turbo-5.safetensors"), bucket=64),
     TierSpec("sol", "50 steps with fused kernels, block-sparse attention (10 dense steps) and first-block cache",
              steps=50, fused=True, sparse=SparseSpec(keep_ratio=0.1, dense_first_steps=10, dense_first_blocks=1),
@@ -226,14 +228,16 @@ class TierTable:
             raise RequestError("tier", f"{tier.name} is unavailable: {reason}")
         return request
 
-    def describe(self, duration: float | None = None) -> list[dict]:
-        """Rows for `python -m engine tiers` and the UI picker."""
+    def describe(self, duration: float | None = None, model_untrained: bool = False) -> list[dict]:
+        """Rows for `python -m engine tiers` and the UI picker, with the weight labels of engine/labels.py
+        (`random_weights`, `lora_weights`, `lora_text`) for a model whose `untrained` flag is given."""
         rows = []
         for tier in self.tiers.values():
             ok, reason = availability(tier, duration)
             rows.append({"name": tier.name, "steps": tier.steps, "status": tier.status, "available": ok,
                          "reason": reason, "techniques": tier.techniques, "description": tier.description,
-                         "config": tier.to_dict()})
+                         "config": tier.to_dict(),
+                         **tier_label(tier.lora.resolved() if tier.lora else None, model_untrained)})
         return rows
 
 

@@ -33,6 +33,7 @@ from db import ApprovalRule, ClipRecord, PairRecord, Store, VerdictRecord, Video
 from db.errors import Conflict, NotFound, StoreError
 from db.records import DECISIONS, REASONS, TERMINAL_STATUSES
 from engine.errors import RequestError
+from engine.labels import model_label
 from engine.plan import resolve_canvas
 from engine.request import ASPECT_RATIOS, GenerationRequest, ModelLimits, validate_request
 from engine.tiers import TierPlan
@@ -366,6 +367,7 @@ class StudioService:
                 return {"status": "unavailable", "error": "no engine attached to this service"}
             return {"status": "loading"}
         health = {"status": "ok", "model": self.model_name, "model_id": self._engine.model_id,
+                  **model_label(self._engine.components.untrained),
                   "queue": self._queue.snapshot() if self._queue else None,
                   "quality": "available" if self._quality_loader() else QUALITY_UNAVAILABLE}
         if self.remotes is not None:
@@ -397,7 +399,8 @@ class StudioService:
         techniques, description, config)."""
         if duration is not None:
             duration = self._check_duration(duration)
-        rows = self.engine.tiers.describe(duration)
+        engine = self.engine
+        rows = engine.tiers.describe(duration, model_untrained=engine.components.untrained)
         if self.remotes is None:
             return rows
         remote_rows = self.remotes.tier_rows()  # a tier served by remotes is served by them, not in-process

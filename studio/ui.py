@@ -20,6 +20,7 @@ import gradio as gr
 
 from db.errors import StoreError
 from engine.errors import RequestError
+from engine.labels import RANDOM_WEIGHTS
 from studio.jobs import QueueFull
 from studio.media_views import ClipCache, MediaDir, audio_figure
 from studio.service import ServiceUnavailable, StudioService
@@ -125,7 +126,8 @@ def _status_html(service: StudioService) -> str:
         remotes = health.get("remotes")
         servers = "" if not remotes else \
             f" · remote servers: {sum(r['health'] == 'healthy' for r in remotes)} of {len(remotes)} healthy"
-        return (f"<span class='h3-badge'>engine ready</span> {html.escape(str(health.get('model')))} · {running}"
+        return (f"<span class='h3-badge'>engine ready</span> {html.escape(str(health.get('model')))}"
+                f"{_random_badge(health)} · {running}"
                 f" · {waiting} waiting (max {queue.get('max_queued')}) · quality: {html.escape(str(health.get('quality')))}"
                 f"{servers}")
     if state == "loading":
@@ -134,6 +136,19 @@ def _status_html(service: StudioService) -> str:
 
 
 # ------------------------------------------------------------------------------------------- generate
+
+
+def _random_badge(labels: dict[str, Any]) -> str:
+    """The "random weights" badge for a model or tier whose weights engine/labels.py reads as random."""
+    if not labels.get("random_weights"):
+        return ""
+    why = "untrained weights: clips are noise, so verdicts and metrics say nothing about quality"
+    return f" <span class='h3-warn' title='{why}'>{RANDOM_WEIGHTS}</span>"
+
+
+def _lora_html(row: dict[str, Any]) -> str:
+    """What the tier's LoRA is, from its own metadata: distilled, random, or unlabelled."""
+    return f"<br>LoRA: {html.escape(row['lora_text'])}" if row.get("lora_text") else ""
 
 
 def _tier_rows(service: StudioService, duration: float) -> list[dict[str, Any]]:
@@ -145,6 +160,7 @@ def _tier_rows(service: StudioService, duration: float) -> list[dict[str, Any]]:
 
 def _tier_label(row: dict[str, Any]) -> str:
     label = f"{row['name']} — {_steps_text(row)} · {', '.join(row['techniques'])} · {row['status']}"
+    label += f" · {RANDOM_WEIGHTS}" if row.get("random_weights") else ""
     why = "no healthy server" if row["status"] == "remote" else "unavailable at this duration"
     return label if row["available"] else f"✗ {row['name']} — {why}"
 
@@ -177,15 +193,16 @@ def _tier_card(rows: list[dict[str, Any]], name: str | None, duration: float) ->
         state = ("<span class='h3-badge'>available</span>" if chosen["available"] else
                  f"<span class='h3-warn'>unavailable{'' if chosen['status'] == 'remote' else f' at {duration:g} s'}"
                  f"</span> {html.escape(chosen['reason'])}")
-        card = (f"<div class='h3-panel'><b>{html.escape(chosen['name'])}</b> · {_steps_text(chosen)} · "
-                f"{html.escape(chosen['status'])}<br>{html.escape(chosen['description'])}<br>techniques: "
-                f"{html.escape(', '.join(chosen['techniques']))}<br>{state}{_servers_html(chosen)}</div>")
+        card = (f"<div class='h3-panel'><b>{html.escape(chosen['name'])}</b>{_random_badge(chosen)} · "
+                f"{_steps_text(chosen)} · {html.escape(chosen['status'])}<br>{html.escape(chosen['description'])}"
+                f"{_lora_html(chosen)}<br>techniques: {html.escape(', '.join(chosen['techniques']))}<br>{state}"
+                f"{_servers_html(chosen)}</div>")
     lines = []
     for row in rows:
         mark = "yes" if row["available"] else "<span class='h3-fail'>no</span>"
         why = "" if row["available"] else f"<tr><td></td><td colspan='3'><small>{html.escape(row['reason'])}</small></td></tr>"
-        lines.append(f"<tr><td><b>{html.escape(row['name'])}</b></td><td>{row['steps'] or 'server'}</td>"
-                     f"<td>{html.escape(row['status'])}</td><td>{mark}</td></tr>{why}")
+        lines.append(f"<tr><td><b>{html.escape(row['name'])}</b>{_random_badge(row)}</td>"
+                     f"<td>{row['steps'] or 'server'}</td><td>{html.escape(row['status'])}</td><td>{mark}</td></tr>{why}")
     return (f"{card}<p><b>Availability at {duration:g} s</b></p><table class='h3-table'><tr><th>tier</th>"
             f"<th>steps</th><th>status</th><th>available</th></tr>{''.join(lines)}</table>")
 
