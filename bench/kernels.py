@@ -426,8 +426,8 @@ def bench_block(S, keep=0.1):
                                                                      MiniMaxH3TransformerBlock)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from engine.attention import StudioAttnProcessor
-    from engine.fused import FusedQKAttnProcessor, enable_fused_blocks, fused_qk_norm_rope
+    from engine.attention import AttentionRuntime, StudioAttnProcessor
+    from engine.fused import enable_fused_blocks, fused_qk_norm_rope
     from kernels.block_sparse_attn import block_sparse_attention
 
     video_start, idx = layout(S)
@@ -455,7 +455,9 @@ def bench_block(S, keep=0.1):
         blk.attn.set_processor(MiniMaxH3AttnProcessor())
         r["stock_eager_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
         enable_fused_blocks(blk)
-        blk.attn.set_processor(FusedQKAttnProcessor())
+        # The engine's processor on a dense fused tier (fused QK norm + RoPE, then dispatch_attention_fn).
+        blk.attn.set_processor(StudioAttnProcessor(0, AttentionRuntime(plan=None, valid_length=S, padded_length=S,
+                                                                       video_start=video_start, fused=True)))
         r["fused_dense_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
         blk.attn.set_processor(SparseProc())
         r["fused_sparse_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)

@@ -6,7 +6,8 @@
     norm_modulate(x; norm2, scale_mlp, shift_mlp)  ->  self.ff(...)    ->  residual_gate_(x, gate_mlp, ff_out)
 
 instead of RMSNorm + two index_selects + three elementwise ops per half. Attention still goes through
-`self.attn(...)`, so whatever processor the engine installed (dense, sparse, fused QK) keeps applying.
+`self.attn(...)`, so whatever processor the engine installed (`engine.attention.StudioAttnProcessor`, which runs
+`fused_qk_norm_rope` on fused tiers) keeps applying.
 
 On CUDA the ops are the Triton kernels in `kernels/`; on CPU they are the torch references, so the fused model
 equals the stock one to fp32 rounding.
@@ -20,11 +21,7 @@ is the dispatcher whenever they were registered after this module was imported.
 from __future__ import annotations
 
 import torch
-from diffusers.models.transformers.transformer_minimax_h3 import (
-    MiniMaxH3AttnProcessor,
-    MiniMaxH3TransformerBlock,
-)
-from diffusers.models.attention_dispatch import dispatch_attention_fn
+from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3TransformerBlock
 
 from kernels.norm_modulate import norm_modulate
 from kernels.qk_norm_rope import qk_norm_rope
@@ -111,20 +108,3 @@ def fused_qk_norm_rope(attn, query: torch.Tensor, key: torch.Tensor, rotary_emb)
 
 
 FUSED_QK_NORM_ROPE = fused_qk_norm_rope
-
-
-class FusedQKAttnProcessor(MiniMaxH3AttnProcessor):
-    """`MiniMaxH3AttnProcessor` with the fused QK-norm + RoPE op; attention itself stays `dispatch_attention_fn`."""
-
-    def __call__(self, attn, hidden_states, rotary_emb=None, attention_mask=None):
-        from engine.attention import project_qkv
-
-        query, key, value = project_qkv(attn, hidden_states)
-        query, key = fused_qk_norm_rope(attn, query, key, rotary_emb)
-        hidden_states = dispatch_attention_fn(
-            query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
-            backend=self._attention_backend, parallel_config=self._parallel_config,
-        )
-        hidden_states = hidden_states.flatten(2, 3).type_as(query)
-        hidden_states = attn.to_out[0](hidden_states)
-        return attn.to_out[1](hidden_states)

@@ -253,13 +253,17 @@ def _():
 def _():
     from tests.nano_inputs import nano_model_and_inputs
 
-    from engine.fused import FusedQKAttnProcessor, disable_fused_blocks, enable_fused_blocks
+    from engine.attention import AttentionRuntime, install_processors
+    from engine.fused import disable_fused_blocks, enable_fused_blocks
 
     model, inputs = nano_model_and_inputs()
+    rows = inputs["position_ids"].shape[0]
     with torch.no_grad():
         ref = model(**inputs)
         enable_fused_blocks(model)
-        model.set_attn_processor(FusedQKAttnProcessor())
+        # The engine's processor on a fused tier (fused QK norm + RoPE, dense attention).
+        install_processors(model, AttentionRuntime(plan=None, valid_length=rows, padded_length=rows, video_start=0,
+                                                   fused=True))
         got = model(**inputs)
         disable_fused_blocks(model)
     e = max((got.sample - ref.sample).abs().max().item(), (got.audio_sample - ref.audio_sample).abs().max().item())

@@ -177,19 +177,24 @@ def test_no_recompile_across_lengths_within_bucket(impl, monkeypatch):
 
 
 def test_fused_blocks_equal_stock_blocks():
-    from engine.fused import (FusedQKAttnProcessor, disable_fused_blocks, enable_fused_blocks,
-                              fused_blocks_enabled)
+    from engine.attention import AttentionRuntime, install_processors, restore_processors
+    from engine.fused import disable_fused_blocks, enable_fused_blocks, fused_blocks_enabled
     from tests.nano_inputs import nano_model_and_inputs
 
     model, inputs = nano_model_and_inputs()
+    rows = inputs["position_ids"].shape[0]
     with torch.no_grad():
         ref = model(**inputs)
         assert enable_fused_blocks(model) == model.config.num_layers
         assert fused_blocks_enabled(model)
         fused = model(**inputs)
-        model.set_attn_processor(FusedQKAttnProcessor())
+        # The engine's processor on a fused tier: fused QK norm + RoPE, dense attention.
+        runtime = AttentionRuntime(plan=None, valid_length=rows, padded_length=rows, video_start=0, fused=True)
+        previous = install_processors(model, runtime)
         fused_qk = model(**inputs)
+        restore_processors(model, previous)
         disable_fused_blocks(model)
+    assert runtime.dense_calls == model.config.num_layers
     for out in (fused, fused_qk):
         assert (out.sample - ref.sample).abs().max().item() <= 1e-5
         assert (out.audio_sample - ref.audio_sample).abs().max().item() <= 1e-5

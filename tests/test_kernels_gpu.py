@@ -236,7 +236,8 @@ def test_fused_block_real_width():
     from diffusers.models.transformers.transformer_minimax_h3 import (MiniMaxH3RotaryPosEmbed,
                                                                      MiniMaxH3TransformerBlock)
 
-    from engine.fused import FusedQKAttnProcessor, disable_fused_blocks, enable_fused_blocks
+    from engine.attention import AttentionRuntime, StudioAttnProcessor
+    from engine.fused import disable_fused_blocks, enable_fused_blocks
 
     S = 4096
     torch.manual_seed(0)
@@ -257,7 +258,9 @@ def test_fused_block_real_width():
         ref = ref_blk(x, temb, idx, rope)
         stock = blk(x.bfloat16(), temb, idx, rope)
         enable_fused_blocks(blk)
-        blk.attn.set_processor(FusedQKAttnProcessor())
+        # The engine's processor on a fused tier: fused QK norm + RoPE, dense attention.
+        blk.attn.set_processor(StudioAttnProcessor(0, AttentionRuntime(plan=None, valid_length=S, padded_length=S,
+                                                                       video_start=464, fused=True)))
         fused = blk(x.bfloat16(), temb, idx, rope)
         disable_fused_blocks(blk)
     e_stock, e_fused = rel(stock, ref), rel(fused, ref)
