@@ -5,7 +5,7 @@ diffusers' defaults (33B parameters) and random bf16 weights, the checkpoint's f
 the 5 s t2va request at 1344x768 packed by diffusers' `build_packed_sequence` (text 50 | audio 2x207 | video
 37x24x42 = 37,760 rows). A "step" is one transformer forward, exactly as the engine runs it:
 - 1 GPU: the whole model on the GPU and the engine's attention processor (dense), no process group;
-- N GPUs: `engine.parallel` — `shard_weights` (FSDP2), `install_sequence_shards` (the model's `_cp_plan`), and the
+- N GPUs: `engine.distributed` — `shard_weights` (FSDP2), `install_sequence_shards` (the model's `_cp_plan`), and the
   engine's processor with a `ParallelContext` doing the Ulysses all-to-all.
 Target (issue 7): Ulysses-4 step ≤ 27% of the 1-GPU step.
 
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.parallel import SAFE_NCCL_ENV  # noqa: E402
+from engine.distributed import SAFE_NCCL_ENV  # noqa: E402
 
 LAYOUTS = {  # name -> (text rows, latent frames, latent height, latent width, audio latents per channel)
     "5s": (50, 37, 48, 84, 207),  # 37,760 rows
@@ -132,7 +132,7 @@ def run_world(rank: int, world: int, args: argparse.Namespace, init_file: str, r
 
     from engine.attention import install_processors
     from engine.components import quiet_libraries
-    from engine.parallel import ParallelContext, install_sequence_shards, shard_weights
+    from engine.distributed import ParallelContext, install_sequence_shards, shard_weights
     from engine.plan import bucket_length
 
     os.environ.update(SAFE_NCCL_ENV)

@@ -7,7 +7,7 @@ only (not the text refiner). Per call it asks the shared `AttentionRuntime` what
 - sparse: rows are reordered so the video rows form 64-row (4×4×4) tiles, `kernels.block_sparse_attn` runs
   (Triton on CUDA, the exact torch reference on CPU), and rows go back to packed order. On one GPU the reorder
   is applied to the block's input and undone after the output projection (one narrow tensor each way).
-Under sequence parallelism (`runtime.parallel`, see engine/parallel.py) the block sees only this rank's rows; the
+Under sequence parallelism (`runtime.parallel`, see engine/distributed.py) the block sees only this rank's rows; the
 Ulysses exchange turns them into every row of this rank's heads before the three cases above, and back after.
 """
 
@@ -24,7 +24,7 @@ from engine.tiers import TierPlan
 
 
 class HeadExchange(Protocol):
-    """Ulysses sequence parallelism around the attention core (implemented by engine.parallel.ParallelContext)."""
+    """Ulysses sequence parallelism around the attention core (implemented by engine.distributed.ParallelContext)."""
 
     def to_heads(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Each `[B, S/W, H, D]` (this rank's rows, all heads) -> `[B, S, H_local, D]` (all rows, local heads)."""

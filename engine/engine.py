@@ -5,7 +5,7 @@ The request's tier becomes a TierPlan; the plan's techniques are installed aroun
 attention processors, fused blocks, first-block cache) and always removed afterwards, so a failed or cancelled
 request leaves the model exactly as it was and the engine keeps serving.
 
-With a `parallel` context (one per worker process, engine/parallel.py) the same stages run on every rank: the
+With a `parallel` context (one per worker process, engine/distributed.py) the same stages run on every rank: the
 prompt is encoded on rank 0 and broadcast, the packed length is padded to a multiple of the group size, the
 attention processors do the Ulysses exchange and the cache measures its change over the whole sequence.
 """
@@ -32,7 +32,7 @@ from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode
 from engine.tiers import TierPlan, TierTable
 
 if TYPE_CHECKING:
-    from engine.parallel import ParallelContext
+    from engine.distributed import ParallelContext
 
 
 class _Timer:

@@ -1,19 +1,8 @@
-"""Sequence-parallel serving: N worker processes, one per device, one process group, rank 0 returns the clip.
+"""Sequence-parallel serving, the workers part: N worker processes, one per device, rank 0 returns the clip.
 
-Each worker runs the ordinary `Engine` with a `ParallelContext`:
-- Weights: FSDP2 (`fully_shard`) per transformer block, per float32 module and the root, over all ranks.
-- Sequence: the packed rows `[text | audio 0 | audio 1 | video]` are padded to a multiple of the group size W
-  (padded rows are masked as keys, exactly like the engine's bucket padding) and split into W contiguous shards
-  at the points the model's own `_cp_plan` names (block 0's input, RoPE, per-block AdaLN indices, `norm_out`),
-  and gathered again at the two output heads. Every rank keeps the full latents and steps both schedulers.
-- Attention (Ulysses): with H heads, U = gcd(H, W) ranks trade rows for heads with one all-to-all, so each rank
-  holds every row of H/U heads; when W does not divide H, the R = W/U replicas of each head group all-gather the
-  rest of the rows (the nano model has 2 heads, so 4 ranks run U = 2, R = 2). The engine's dense / padded /
-  block-sparse attention then runs unchanged on the whole sequence of the local heads; one all-to-all goes back.
-- Text: rank 0 alone holds the text encoder and broadcasts the prompt embeddings.
-- First-block cache: the relative change is reduced over the whole sequence (one all-reduce of two sums), so
-  every rank takes the same decision, and the single-process one.
-- Cancel: one agreed flag per step (all-reduce MAX), so every rank stops at the same step.
+Each worker joins the process group, loads the model, shards it (engine/distributed.py: FSDP2 weights, sequence
+shards, Ulysses attention) and runs the ordinary `Engine` with its `ParallelContext`, serving jobs from its inbox
+until the parent closes the group.
 
 `ParallelEngine` is the parent-side handle with `Engine`'s interface (`generate / validate / latents`). A worker
 that dies, runs out of memory or stalls fails the request with a message; the group is then restarted in the
@@ -24,8 +13,6 @@ multicast kept off.
 from __future__ import annotations
 
 import atexit
-import inspect
-import math
 import os
 import queue
 import shutil
@@ -34,8 +21,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -44,295 +30,19 @@ import torch.distributed as dist
 
 # Only light modules at the top: the parent (CLI, app) never imports diffusers; the forkserver imports it once.
 from engine.clip import Clip
+from engine.distributed import ParallelContext, install_sequence_shards, join_group, shard_weights
 from engine.errors import GenerationCancelled, ModelLoadError, RequestError
 from engine.request import GenerationRequest, ModelLimits
 from engine.tiers import TierTable
 
 if TYPE_CHECKING:
-    from engine.plan import ModelGeometry, PackedLayout
+    from engine.plan import ModelGeometry
 
-# NVLink multicast can take a shared host's GPUs out of service (device KINDS.md): keep it off in every worker.
-SAFE_NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 FAULT_ENV = "H3_PARALLEL_FAULT"  # "rank:step[:exit|oom]": inject one worker failure into the first request
 
 
 class ParallelWorkerError(RuntimeError):
     """A request failed because a worker died, ran out of memory, raised or stalled; the group is restarted."""
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The per-rank context: mesh, Ulysses exchange, sequence shards, reductions
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MeshShape:
-    """How W ranks split H heads: U ranks trade rows for heads (Ulysses), R = W / U replicas gather the rest."""
-
-    world: int
-    heads: int
-
-    @property
-    def ulysses(self) -> int:
-        return math.gcd(self.heads, self.world)
-
-    @property
-    def replicas(self) -> int:
-        return self.world // self.ulysses
-
-
-@dataclass
-class ParallelContext:
-    """One rank's view of the group. Rank = r·U + u owns row shard `rank`; its heads are chunk u of U."""
-
-    rank: int
-    world: int
-    device: torch.device
-    shape: MeshShape
-    ulysses_group: Any  # ProcessGroup of the U ranks sharing r (contiguous row shards)
-    replica_group: Any  # ProcessGroup of the R ranks sharing u
-    fsdp_mesh: Any  # 1-D DeviceMesh over all ranks
-    counted_rows: int = 0  # rows a single process would hold this request (the cache statistic counts these)
-
-    @classmethod
-    def create(cls, rank: int, world: int, device: torch.device, heads: int) -> ParallelContext:
-        """Build the meshes; the default process group must already be initialised."""
-        from torch.distributed.device_mesh import init_device_mesh
-
-        shape = MeshShape(world, heads)
-        grid = init_device_mesh(device.type, (shape.replicas, shape.ulysses), mesh_dim_names=("replica", "ulysses"))
-        flat = init_device_mesh(device.type, (world,))
-        return cls(rank, world, device, shape, grid.get_group("ulysses"), grid.get_group("replica"), flat)
-
-    @property
-    def replica_index(self) -> int:
-        return self.rank // self.shape.ulysses
-
-    # -- request-level -------------------------------------------------------------------------------------------
-
-    def begin_request(self, layout: PackedLayout) -> PackedLayout:
-        """Record the single-process row count and pad the packed length up to a multiple of the group size."""
-        from engine.plan import bucket_length
-
-        self.counted_rows = layout.padded_length
-        return replace(layout, padded_length=bucket_length(layout.padded_length, self.world))
-
-    @torch.no_grad()
-    def encode_text(self, components, prompt: str) -> torch.Tensor:
-        """Rank 0 encodes, everyone receives `(1, T, text_dim)` embeddings (rank 0 alone holds the encoder)."""
-        from engine.stages import encode_text
-
-        embeds = encode_text(components, prompt).contiguous() if self.rank == 0 else None
-        meta = torch.tensor(list(embeds.shape) if embeds is not None else [0, 0, 0], dtype=torch.int64,
-                            device=self.device)
-        dist.broadcast(meta, src=0)
-        if embeds is None:
-            embeds = torch.empty(tuple(meta.tolist()), dtype=components.dtype, device=self.device)
-        dist.broadcast(embeds, src=0)
-        return embeds
-
-    def relative_change(self, residual: torch.Tensor, previous: torch.Tensor) -> float:
-        """First-block cache statistic over the whole sequence: mean|r − p| / mean|p| on the counted rows.
-
-        residual, previous: `[B, S/W, C]` (this rank's rows). One all-reduce of (Σ|r − p|, Σ|p|) in float64;
-        mesh-padding rows (beyond what one process holds) are left out, so the value is the single-process one.
-        """
-        rows = residual.shape[1]
-        counted = max(0, min(rows, self.counted_rows - self.rank * rows))
-        r, p = residual[:, :counted].double(), previous[:, :counted].double()
-        sums = torch.stack([(r - p).abs().sum(), p.abs().sum()])
-        dist.all_reduce(sums)
-        count = residual.shape[0] * self.counted_rows * residual.shape[2]
-        return float((sums[0] / count) / (sums[1] / count).clamp_min(1e-12))
-
-    def agree_any(self, flag: bool) -> bool:
-        """True on every rank if it is True on any rank (all-reduce MAX)."""
-        value = torch.tensor([1.0 if flag else 0.0], device=self.device)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value.item() > 0)
-
-    # -- sequence shards -----------------------------------------------------------------------------------------
-
-    def shard(self, x: torch.Tensor, dim: int) -> torch.Tensor:
-        """This rank's contiguous piece of `x` along `dim` (the length is a multiple of the group size)."""
-        if x.shape[dim] % self.world:
-            raise ValueError(f"sequence length {x.shape[dim]} is not a multiple of the group size {self.world}")
-        return x.chunk(self.world, dim=dim)[self.rank]
-
-    def gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
-        """Inverse of `shard`: every rank's piece, concatenated in rank order along `dim`."""
-        return _all_gather_first(x.movedim(dim, 0), None, self.world).movedim(0, dim)
-
-    # -- Ulysses exchange (engine.attention.HeadExchange) ---------------------------------------------------------
-
-    def to_heads(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Each `[B, S/W, H, D]` -> `[B, S, H/U, D]`: one all-to-all (+ an all-gather over replicas when R > 1)."""
-        U, R = self.shape.ulysses, self.shape.replicas
-        qkv = torch.stack([query, key, value])  # (3, B, s, H, D): one exchange for all three
-        three, B, s, H, D = qkv.shape
-        pieces = qkv.reshape(three, B, s, U, H // U, D).permute(3, 0, 1, 2, 4, 5)  # (U, 3, B, s, h, D)
-        pieces = _all_to_all(pieces, self.ulysses_group, U)  # piece j: rows of group rank j, my heads
-        qkv = pieces.permute(1, 2, 0, 3, 4, 5).reshape(three, B, U * s, H // U, D)
-        if R > 1:
-            qkv = _all_gather_first(qkv.unsqueeze(0), self.replica_group, R)  # (R, 3, B, U·s, h, D)
-            qkv = qkv.permute(1, 2, 0, 3, 4, 5).reshape(three, B, R * U * s, H // U, D)
-        return qkv.unbind(0)
-
-    def to_rows(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """`[B, S, H/U, D]` -> `[B, S/W, H, D]`: keep this replica's rows, one all-to-all back to all heads."""
-        U, R = self.shape.ulysses, self.shape.replicas
-        B, S, h, D = hidden_states.shape
-        if R > 1:
-            block = S // R
-            hidden_states = hidden_states[:, self.replica_index * block:(self.replica_index + 1) * block]
-        s = hidden_states.shape[1] // U
-        pieces = hidden_states.reshape(B, U, s, h, D).permute(1, 0, 2, 3, 4)  # piece j: rows of group rank j
-        pieces = _all_to_all(pieces, self.ulysses_group, U)  # piece j: my rows, heads chunk j
-        return pieces.permute(1, 2, 0, 3, 4).reshape(B, s, U * h, D)
-
-
-def _all_to_all(pieces: torch.Tensor, group, size: int) -> torch.Tensor:
-    """`(size, ...)`: piece j goes to group rank j; returns `(size, ...)` with piece j from group rank j."""
-    pieces = pieces.contiguous()
-    if size == 1:
-        return pieces
-    out = torch.empty_like(pieces)
-    dist.all_to_all_single(out, pieces, group=group)
-    return out
-
-
-def _all_gather_first(x: torch.Tensor, group, size: int) -> torch.Tensor:
-    """`(n, ...)` on each of `size` ranks -> `(size·n, ...)` in group-rank order."""
-    x = x.contiguous()
-    if size == 1:
-        return x
-    out = torch.empty((size * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-    _ALL_GATHER(out, x, group=group)
-    return out
-
-
-# torch 2.13 renames all_gather_into_tensor (and warns); the GPU image has torch 2.11.
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Sharding the model: sequence hooks from the model's `_cp_plan`, FSDP2 for the weights
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _plan_modules(root: torch.nn.Module, name: str) -> list[torch.nn.Module]:
-    """`"rope"`, `"transformer_blocks.0"` or `"transformer_blocks.*"` -> the modules it names."""
-    head, star, tail = name.partition(".*")
-    if tail:
-        raise ValueError(f"_cp_plan entry {name!r}: only a trailing '.*' wildcard is supported")
-    module = root.get_submodule(head)
-    return list(module) if star else [module]
-
-
-def _forward_parameters(module: torch.nn.Module) -> list[str]:
-    forward = type(module).forward
-    # engine.fused replaces the block's forward by a (*args, **kwargs) dispatcher and keeps the stock one on it.
-    forward = getattr(forward, "_h3_stock_forward", forward)
-    return list(inspect.signature(forward).parameters)[1:]
-
-
-def _check_dims(x: torch.Tensor, expected: int | None, where: str) -> None:
-    if expected is not None and x.dim() != expected:
-        raise ValueError(f"{where}: expected a {expected}-d tensor for the sequence split, got {tuple(x.shape)}")
-
-
-def install_sequence_shards(transformer: torch.nn.Module, ctx: ParallelContext) -> list:
-    """Split and gather the packed sequence where `transformer._cp_plan` says, with plain torch module hooks.
-
-    Torch hooks run in `Module.__call__`, outside `forward`, so they compose with the first-block cache (which
-    wraps `block.forward`), LoRA hooks and FSDP2's own hooks. Returns the hook handles.
-    """
-    from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput
-
-    handles = []
-    for name, entry in transformer._cp_plan.items():
-        for module in _plan_modules(transformer, name):
-            if isinstance(entry, dict):
-                inputs = {k: v for k, v in entry.items() if isinstance(k, str)}
-                outputs = {k: v for k, v in entry.items()
-                           if isinstance(k, int) and isinstance(v, ContextParallelInput) and v.split_output}
-                if inputs:
-                    handles.append(module.register_forward_pre_hook(
-                        _split_inputs_hook(name, _forward_parameters(module), inputs, ctx), with_kwargs=True))
-                if outputs:
-                    handles.append(module.register_forward_hook(_split_outputs_hook(name, outputs, ctx)))
-            else:
-                gathers = list(entry) if isinstance(entry, (list, tuple)) else [entry]
-                assert all(isinstance(g, ContextParallelOutput) for g in gathers), name
-                handles.append(module.register_forward_hook(_gather_outputs_hook(name, gathers, ctx)))
-    return handles
-
-
-def _split_inputs_hook(name: str, parameters: list[str], inputs: dict, ctx: ParallelContext):
-    def hook(module, args, kwargs):
-        args = list(args)
-        for arg, spec in inputs.items():
-            if arg in kwargs:
-                if kwargs[arg] is not None:
-                    _check_dims(kwargs[arg], spec.expected_dims, f"{name}.{arg}")
-                    kwargs[arg] = ctx.shard(kwargs[arg], spec.split_dim)
-            else:
-                index = parameters.index(arg)
-                if index < len(args) and args[index] is not None:
-                    _check_dims(args[index], spec.expected_dims, f"{name}.{arg}")
-                    args[index] = ctx.shard(args[index], spec.split_dim)
-        return tuple(args), kwargs
-
-    return hook
-
-
-def _split_outputs_hook(name: str, outputs: dict, ctx: ParallelContext):
-    def hook(module, args, output):
-        single = isinstance(output, torch.Tensor)
-        items = [output] if single else list(output)
-        for index, spec in outputs.items():
-            _check_dims(items[index], spec.expected_dims, f"{name}[{index}]")
-            items[index] = ctx.shard(items[index], spec.split_dim)
-        return items[0] if single else type(output)(items)
-
-    return hook
-
-
-def _gather_outputs_hook(name: str, gathers: list, ctx: ParallelContext):
-    def hook(module, args, output):
-        single = isinstance(output, torch.Tensor)
-        items = [output] if single else list(output)
-        for index, spec in enumerate(gathers):
-            _check_dims(items[index], spec.expected_dims, f"{name}[{index}]")
-            items[index] = ctx.gather(items[index], spec.gather_dim)
-        return items[0] if single else type(output)(items)
-
-    return hook
-
-
-def shard_weights(transformer: torch.nn.Module, mesh) -> int:
-    """FSDP2 over the group: one unit per block (all-gathered as the loop reaches it), one per float32 module (a
-    unit needs one dtype; the checkpoint is mixed precision), and the root for the rest. Returns the unit count.
-
-    Parameters on the CPU are moved to the mesh's device as they are sharded, so a rank never holds the whole
-    transformer on its GPU.
-    """
-    from torch.distributed.fsdp import fully_shard
-
-    units = list(transformer.transformer_blocks)
-    for name in transformer._keep_in_fp32_modules:
-        module = getattr(transformer, name, None)
-        if module is not None and any(True for _ in module.parameters()):
-            units.append(module)
-    for unit in units:
-        fully_shard(unit, mesh=mesh)
-    fully_shard(transformer, mesh=mesh)
-    blocks = list(transformer.transformer_blocks)
-    for block, following in zip(blocks, blocks[1:]):
-        # Issue block i+1's weight all-gather as block i starts, so it overlaps block i's compute.
-        if hasattr(block, "set_modules_to_forward_prefetch"):
-            block.set_modules_to_forward_prefetch([following])
-    return len(units) + 1
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -365,7 +75,9 @@ class WorkerSpec:
 
 
 @dataclass(frozen=True)
-class Job:
+class WorkerJob:
+    """One request as the parent hands it to every rank (`kind`: generate | latents)."""
+
     id: int
     kind: str  # generate | latents
     payload: GenerationRequest
@@ -401,7 +113,6 @@ class _StepGuard:
 
 
 def _configure_process(spec: WorkerSpec, rank: int) -> torch.device:
-    os.environ.update(SAFE_NCCL_ENV)
     if spec.device_type == "cuda":
         torch.cuda.set_device(rank)
         return torch.device("cuda", rank)
@@ -414,9 +125,7 @@ def _load_engine(spec: WorkerSpec, rank: int, device: torch.device):
     from engine.components import load_components
     from engine.engine import Engine
 
-    backend = "nccl" if spec.device_type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=f"file://{spec.init_file}", rank=rank, world_size=spec.world,
-                            timeout=timedelta(seconds=spec.collective_timeout_s))
+    join_group(spec.device_type, spec.init_file, rank, spec.world, spec.collective_timeout_s)
     # The transformer is loaded on the CPU and FSDP moves each rank's shard onto its device; rank 0 alone runs the
     # text encoder.
     placement = {"transformer": "cpu"}
@@ -439,7 +148,7 @@ def _summary(engine) -> dict:
             "transformer_config": dict(components.transformer.config)}
 
 
-def _serve(engine, ctx: ParallelContext, job: Job, outbox, cancel_event) -> Final:
+def _serve(engine, ctx: ParallelContext, job: WorkerJob, outbox, cancel_event) -> Final:
     guard = _StepGuard(ctx, cancel_event, job.fault)
     rank = ctx.rank
     try:
@@ -707,7 +416,7 @@ class ParallelEngine:
         with self._lock:
             group = self._ready_group()
             self._jobs += 1
-            job = Job(self._jobs, kind, request, self._faults.pop(0) if self._faults else None)
+            job = WorkerJob(self._jobs, kind, request, self._faults.pop(0) if self._faults else None)
             group.cancel_event.clear()
             if cancel is not None and cancel():
                 group.cancel_event.set()  # the ranks agree on it before their first step
@@ -716,7 +425,7 @@ class ParallelEngine:
             outcome = self._collect(group, job, on_step, cancel)
             return self._resolve(group, job, outcome)
 
-    def _collect(self, group: _WorkerGroup, job: Job, on_step, cancel) -> _Outcome:
+    def _collect(self, group: _WorkerGroup, job: WorkerJob, on_step, cancel) -> _Outcome:
         """Relay progress until every rank sent its Final, a rank died, the others stopped answering after a
         failure (`grace_s`), or nothing happened for `stall_timeout_s`."""
         outcome = _Outcome()
@@ -751,7 +460,7 @@ class ParallelEngine:
             outcome.dead = group.dead()
         return outcome
 
-    def _resolve(self, group: _WorkerGroup, job: Job, outcome: _Outcome):
+    def _resolve(self, group: _WorkerGroup, job: WorkerJob, outcome: _Outcome):
         statuses = {final.status for final in outcome.finals.values()}
         complete = len(outcome.finals) == self.world and not outcome.dead
         if complete and statuses == {"ok"}:
@@ -805,5 +514,4 @@ def generate_parallel(model_path: str | None, tiers_file: str | None, payload: d
         return engine.generate(payload)
 
 
-__all__ = ["ComponentsSummary", "Fault", "MeshShape", "ParallelContext", "ParallelEngine", "ParallelWorkerError",
-           "generate_parallel", "install_sequence_shards", "shard_weights"]
+__all__ = ["ComponentsSummary", "Fault", "ParallelEngine", "ParallelWorkerError", "generate_parallel"]

@@ -17,7 +17,8 @@ import pytest
 
 from engine.engine import Engine
 from engine.errors import GenerationCancelled, RequestError
-from engine.parallel import Fault, MeshShape, ParallelEngine, ParallelWorkerError
+from engine.distributed import MeshShape
+from engine.parallel import Fault, ParallelEngine, ParallelWorkerError
 from engine.tiers import TierTable
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
