@@ -1,13 +1,13 @@
 """Conversions between stored rows and the plain data the store takes and returns.
 
-Sidecar dict → clip columns (validated), ORM rows → frozen records, verdicts → approval tallies. Pure
+Sidecar dict → clip columns (validated), ORM rows → frozen records, a configuration's summary. Pure
 functions: no sessions are opened here (``pair_records`` only runs a query on the session it is given).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from db import validate as check
+from db.approval import tally
 from db.errors import StoreError
 from db.files import check_sha, sidecar_relpath
 from db.keys import canonical_json, normalise_duration, tier_config_hash
@@ -168,6 +169,8 @@ def verdict_record(row: Verdict) -> VerdictRecord:
         prompt=row.prompt,
         tier_config=_loads(row.tier_config_json),
         created_at=_aware(row.created_at),  # type: ignore[arg-type]
+        supersedes=row.supersedes,
+        change_note=row.change_note,
     )
 
 
@@ -184,21 +187,6 @@ def pair_records(session: Session, rows: Sequence[Pair]) -> list[PairRecord]:
 # -------------------------------------------------------------------------------------------- approval
 
 
-def tally(rule: ApprovalRule, verdicts: Iterable[VerdictRecord]) -> dict[str, Any]:
-    """Accepts, rejects and distinct accepted prompts for one configuration, and whether ``rule`` approves."""
-    verdicts = list(verdicts)
-    accepted_prompts = sorted({v.prompt for v in verdicts if v.decision == "accept"})
-    accepts = sum(1 for v in verdicts if v.decision == "accept")
-    rejects = sum(1 for v in verdicts if v.decision == "reject")
-    return {
-        "approved": rule.is_approved(len(accepted_prompts), rejects),
-        "accepts": accepts,
-        "rejects": rejects,
-        "distinct_accepted_prompts": len(accepted_prompts),
-        "accepted_prompts": accepted_prompts,
-    }
-
-
 def configuration_dict(row: Configuration, rule: ApprovalRule, verdicts: list[VerdictRecord]) -> dict[str, Any]:
     """A configuration's description plus its approval tally."""
     return {
@@ -213,19 +201,3 @@ def configuration_dict(row: Configuration, rule: ApprovalRule, verdicts: list[Ve
         **tally(rule, verdicts),
         "rule": rule.as_dict(),
     }
-
-
-def group(
-    verdicts: Iterable[VerdictRecord], key: Callable[[VerdictRecord], str]
-) -> dict[str, list[VerdictRecord]]:
-    """Group verdicts by ``key`` keeping their order."""
-    groups: dict[str, list[VerdictRecord]] = {}
-    for verdict in verdicts:
-        groups.setdefault(key(verdict), []).append(verdict)
-    return groups
-
-
-def pair_accepted(verdicts: list[VerdictRecord]) -> bool:
-    """At least one accept and no reject on this pair."""
-    decisions = {v.decision for v in verdicts}
-    return "accept" in decisions and "reject" not in decisions

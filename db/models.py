@@ -130,7 +130,12 @@ class Pair(Base):
 
 
 class Verdict(Base):
-    """A reviewer's accept/reject of a pair, with a snapshot of what was reviewed."""
+    """One version of a reviewer's verdict on a pair, with a snapshot of what was reviewed.
+
+    Rows are never changed or deleted: a correction or a withdrawal ("withdrawn") is a new row that names the
+    version it replaces (``supersedes``) and says why (``change_note``). Approval counts each reviewer's
+    latest version per pair.
+    """
 
     __tablename__ = "verdicts"
 
@@ -145,5 +150,20 @@ class Verdict(Base):
     prompt: Mapped[str] = mapped_column(Text)  # snapshot: approval counts distinct prompts per configuration
     tier_config_json: Mapped[str] = mapped_column(Text)  # snapshot of the exact tier configuration reviewed
     created_at: Mapped[datetime] = mapped_column()
+    supersedes: Mapped[str | None] = mapped_column(String(64))  # the id of the version this one replaces
+    change_note: Mapped[str | None] = mapped_column(Text)  # why it was corrected or withdrawn
 
-    __table_args__ = (CheckConstraint("decision IN ('accept', 'reject')", name="decision"),)
+    __table_args__ = (CheckConstraint("decision IN ('accept', 'reject', 'withdrawn')", name="decision"),)
+
+
+class ApprovalRuleVersion(Base):
+    """The approval rule as an admin set it; the newest row applies, older rows are its history."""
+
+    __tablename__ = "approval_rules"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    min_distinct_prompts: Mapped[int] = mapped_column(Integer)
+    min_reviewers: Mapped[int] = mapped_column(Integer)
+    max_rejects: Mapped[int] = mapped_column(Integer)
+    changed_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column()

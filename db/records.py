@@ -19,6 +19,7 @@ VIDEO_STATUSES = ("queued", "in_progress", "completed", "failed")
 PAIR_STATUSES = ("queued", "in_progress", "completed", "failed")
 TERMINAL_STATUSES = ("completed", "failed")
 DECISIONS = ("accept", "reject")
+WITHDRAWN = "withdrawn"  # the decision of a version that withdraws the reviewer's verdict
 REASONS = ("ghosting", "flicker", "blur", "colour shift", "audio desync", "artifact", "other")
 RESTART_ERROR = "server restarted before the job finished"
 
@@ -112,7 +113,8 @@ class PairRecord(_Record):
 
 @dataclass(frozen=True)
 class VerdictRecord(_Record):
-    """A reviewer's decision on a pair, with the tier configuration exactly as it was reviewed."""
+    """One version of a reviewer's decision on a pair, with the tier configuration exactly as it was reviewed.
+    ``supersedes`` names the version it corrects or withdraws (None for a first verdict), ``change_note`` why."""
 
     id: str
     pair_id: str
@@ -124,22 +126,27 @@ class VerdictRecord(_Record):
     prompt: str
     tier_config: dict[str, Any]
     created_at: datetime
+    supersedes: str | None = None
+    change_note: str | None = None
 
 
 @dataclass(frozen=True)
 class ApprovalRule(_Record):
-    """When a configuration counts as approved: accepts on enough distinct prompts and few enough rejects."""
+    """When a configuration counts as approved, over each reviewer's latest verdict per pair: accepts on
+    ``min_distinct_prompts`` distinct prompts from ``min_reviewers`` distinct reviewers, and at most
+    ``max_rejects`` standing rejects (0: none)."""
 
     min_distinct_prompts: int = 3
     max_rejects: int = 0
+    min_reviewers: int = 2
 
     def __post_init__(self) -> None:
-        if isinstance(self.min_distinct_prompts, bool) or not isinstance(self.min_distinct_prompts, int) \
-                or self.min_distinct_prompts < 1:
-            raise StoreError("min_distinct_prompts", "must be an integer >= 1")
-        if isinstance(self.max_rejects, bool) or not isinstance(self.max_rejects, int) or self.max_rejects < 0:
-            raise StoreError("max_rejects", "must be an integer >= 0")
+        for name, minimum in (("min_distinct_prompts", 1), ("max_rejects", 0), ("min_reviewers", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise StoreError(name, f"must be an integer >= {minimum}")
 
-    def is_approved(self, distinct_accepted_prompts: int, rejects: int) -> bool:
-        """Apply the rule to a configuration's tallies."""
-        return distinct_accepted_prompts >= self.min_distinct_prompts and rejects <= self.max_rejects
+    def is_approved(self, distinct_accepted_prompts: int, rejects: int, accepting_reviewers: int) -> bool:
+        """Apply the rule to a configuration's tallies of standing verdicts."""
+        return (distinct_accepted_prompts >= self.min_distinct_prompts and rejects <= self.max_rejects
+                and accepting_reviewers >= self.min_reviewers)

@@ -23,7 +23,7 @@ from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import convert
+from db import approval, convert
 from db import validate as check
 from db.database import BEGIN_MODE_OPTION, make_engine, upgrade
 from db.errors import Conflict, NotFound, StoreError
@@ -35,7 +35,7 @@ from db.keys import (
     sha256_hex,
     with_tier_name,
 )
-from db.models import Clip, Configuration, Pair, Verdict, VideoJob
+from db.models import ApprovalRuleVersion, Clip, Configuration, Pair, Verdict, VideoJob
 from db.records import (
     DECISIONS,
     PAIR_STATUSES,
@@ -43,12 +43,14 @@ from db.records import (
     RESTART_ERROR,
     TERMINAL_STATUSES,
     VIDEO_STATUSES,
+    WITHDRAWN,
     ApprovalRule,
     ClipRecord,
     PairRecord,
     VerdictRecord,
     VideoRecord,
 )
+from db.startup import check_database
 
 T = TypeVar("T")
 
@@ -103,7 +105,8 @@ class Store:
         self.data_dir = Path(data_dir)
         (self.data_dir / "clips").mkdir(parents=True, exist_ok=True)
         self.db_path = self.data_dir / DB_FILENAME
-        self.approval_rule = approval_rule or ApprovalRule()
+        pass  # check_database(self.db_path, self.data_dir / "clips")
+        self.default_approval_rule = approval_rule or ApprovalRule()  # applies until an admin sets one
         self._engine = make_engine(self.db_path)
         upgrade(self._engine)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
@@ -590,30 +593,50 @@ class Store:
     # ---------------------------------------------------------------------------------------- verdicts
 
     def add_verdict(
-        self, pair_id: str, reviewer: str, decision: str, reasons: list[str], notes: str = ""
+        self, pair_id: str, reviewer: str, decision: str, reasons: list[str], notes: str = "",
+        change_note: str | None = None,
     ) -> VerdictRecord:
         """Record a reviewer's accept/reject of a completed pair, with a snapshot of its tier config.
 
-        Allowed decisions: accept, reject. Allowed reasons: ghosting, flicker, blur, colour shift, audio
-        desync, artifact, other. Every verdict is kept (history); approval counts all of them.
+        Allowed decisions: accept, reject (a reject names at least one reason). Allowed reasons: ghosting,
+        flicker, blur, colour shift, audio desync, artifact, other. A reviewer who already has a verdict on the
+        pair corrects it: ``change_note`` (why) is then required, and the new version supersedes the old one,
+        which stays in the history. Approval counts each reviewer's latest version per pair.
         """
         reviewer = check.text(reviewer, "reviewer")
         decision = check.one_of(decision, "decision", DECISIONS)
         clean_reasons = check.reasons(reasons, REASONS)
+        if decision == "reject" and not clean_reasons:
+            raise StoreError("reasons", "a reject needs at least one reason: say what you saw")
         notes = check.text(notes, "notes", max_chars=check.MAX_NOTES_CHARS, allow_empty=True)
+        note = _change_note(change_note)
 
         def work(session: Session) -> VerdictRecord:
             pair = self._pair_row(session, pair_id)
             if pair.status != "completed":
                 raise Conflict("pair_id", f"pair {pair_id} is {pair.status}; only completed pairs can be reviewed")
-            row = Verdict(
-                id=_new_id("verdict"), pair_id=pair.id, configuration_key=pair.configuration_key,
-                reviewer=reviewer, decision=decision, reasons_json=json.dumps(list(clean_reasons)), notes=notes,
-                prompt=pair.prompt, tier_config_json=pair.tier_config_json, created_at=_now(),
-            )
-            session.add(row)
-            session.flush()
-            return convert.verdict_record(row)
+            previous = _latest_version(session, pair.id, reviewer)
+            if previous is not None and previous.decision != WITHDRAWN and note is None:
+                raise Conflict("change_note", f"{reviewer} already recorded {previous.decision} on pair {pair_id} "
+                                              f"({previous.id}); to correct it, say why in a change note")
+            return _add_version(session, pair, reviewer, decision, clean_reasons, notes, previous, note)
+
+        return self._write(work)
+
+    def withdraw_verdict(self, pair_id: str, reviewer: str, change_note: str) -> VerdictRecord:
+        """Withdraw the reviewer's standing verdict on a pair (a new "withdrawn" version; the old one is kept).
+        ``change_note`` (why) is required; NotFound when the reviewer has no standing verdict there."""
+        reviewer = check.text(reviewer, "reviewer")
+        note = _change_note(change_note)
+        if note is None:
+            raise StoreError("change_note", "must say why the verdict is withdrawn")
+
+        def work(session: Session) -> VerdictRecord:
+            pair = self._pair_row(session, pair_id)
+            previous = _latest_version(session, pair.id, reviewer)
+            if previous is None or previous.decision == WITHDRAWN:
+                raise NotFound("reviewer", f"{reviewer} has no standing verdict on pair {pair_id} to withdraw")
+            return _add_version(session, pair, reviewer, WITHDRAWN, (), "", previous, note)
 
         return self._write(work)
 
@@ -625,6 +648,33 @@ class Store:
         if configuration_key is not None:
             query = query.where(Verdict.configuration_key == configuration_key)
         return self._read(lambda s: [convert.verdict_record(r) for r in s.scalars(query)])
+
+    # ----------------------------------------------------------------------------------- approval rule
+
+    @property
+    def approval_rule(self) -> ApprovalRule:
+        """The rule an admin set last, else the one this store was opened with."""
+        row = self._read(lambda s: s.scalar(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq.desc())))
+        return self.default_approval_rule if row is None else _rule_of(row)
+
+    def set_approval_rule(self, rule: ApprovalRule, changed_by: str) -> ApprovalRule:
+        """Store a new approval rule (every earlier one stays in ``approval_rule_history``)."""
+        changed_by = check.text(changed_by, "changed_by")
+
+        def work(session: Session) -> ApprovalRule:
+            session.add(ApprovalRuleVersion(**rule.as_dict(), changed_by=changed_by, created_at=_now()))
+            return rule
+
+        return self._write(work)
+
+    def approval_rule_history(self) -> list[dict[str, Any]]:
+        """Every rule an admin set, oldest first: the rule's fields plus changed_by and created_at."""
+        def work(session: Session) -> list[dict[str, Any]]:
+            rows = session.scalars(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq))
+            return [{**_rule_of(r).as_dict(), "changed_by": r.changed_by,
+                     "created_at": r.created_at.replace(tzinfo=timezone.utc).isoformat()} for r in rows]
+
+        return self._read(work)
 
     # ---------------------------------------------------------------------------------- configurations
 
@@ -646,6 +696,7 @@ class Store:
         if row is None:
             raise NotFound("key", f"no configuration {key!r}")
         summary = convert.configuration_dict(row, self.approval_rule, verdicts)
+        # history holds every version (corrections and withdrawals included): the audit trail.
         return {**summary, "history": [v.as_dict() for v in verdicts]}
 
     def list_configurations(self) -> list[dict[str, Any]]:
@@ -656,11 +707,13 @@ class Store:
             return rows, _all_verdicts(session)
 
         rows, verdicts = self._read(work)
-        by_key = convert.group(verdicts, lambda v: v.configuration_key)
-        return [convert.configuration_dict(r, self.approval_rule, by_key.get(r.key, [])) for r in rows]
+        by_key = approval.group(verdicts, lambda v: v.configuration_key)
+        rule = self.approval_rule
+        return [convert.configuration_dict(r, rule, by_key.get(r.key, [])) for r in rows]
 
     def approved_pairs(self) -> list[PairRecord]:
-        """Pairs fit to export: completed, in an approved configuration, accepted at least once, never rejected.
+        """Pairs fit to export: completed, in an approved configuration, with a standing accept and no standing
+        reject.
 
         Read in one snapshot, oldest first.
         """
@@ -670,17 +723,51 @@ class Store:
             return convert.pair_records(session, list(rows)), _all_verdicts(session)
 
         pairs, verdicts = self._read(work)
+        rule = self.approval_rule
         approved_keys = {
-            key for key, group in convert.group(verdicts, lambda v: v.configuration_key).items()
-            if convert.tally(self.approval_rule, group)["approved"]
+            key for key, group in approval.group(verdicts, lambda v: v.configuration_key).items()
+            if approval.tally(rule, group)["approved"]
         }
-        per_pair = convert.group(verdicts, lambda v: v.pair_id)
+        per_pair = approval.group(verdicts, lambda v: v.pair_id)
         return [
             p for p in pairs
-            if p.configuration_key in approved_keys and convert.pair_accepted(per_pair.get(p.id, []))
+            if p.configuration_key in approved_keys and approval.pair_accepted(per_pair.get(p.id, []))
         ]
 
 
 def _all_verdicts(session: Session) -> list[VerdictRecord]:
-    """Every verdict, oldest first (approval is computed from all of them)."""
+    """Every verdict version, oldest first (approval picks the standing ones from them)."""
     return [convert.verdict_record(r) for r in session.scalars(select(Verdict).order_by(Verdict.seq))]
+
+
+def _change_note(value: Any) -> str | None:
+    """A correction's or withdrawal's note, stripped; None when absent or blank."""
+    if value is None:
+        return None
+    note = check.text(value, "change_note", max_chars=check.MAX_NOTES_CHARS, allow_empty=True).strip()
+    return note or None
+
+
+def _latest_version(session: Session, pair_id: str, reviewer: str) -> Verdict | None:
+    """The reviewer's latest verdict version on a pair (a withdrawal included), or None."""
+    query = select(Verdict).where(Verdict.pair_id == pair_id, Verdict.reviewer == reviewer)
+    return session.scalar(query.order_by(Verdict.seq.desc()))
+
+
+def _add_version(session: Session, pair: Pair, reviewer: str, decision: str, reasons: tuple[str, ...], notes: str,
+                 previous: Verdict | None, change_note: str | None) -> VerdictRecord:
+    """Insert one verdict version superseding ``previous`` (None: the reviewer's first verdict on the pair)."""
+    row = Verdict(
+        id=_new_id("verdict"), pair_id=pair.id, configuration_key=pair.configuration_key, reviewer=reviewer,
+        decision=decision, reasons_json=json.dumps(list(reasons)), notes=notes, prompt=pair.prompt,
+        tier_config_json=pair.tier_config_json, created_at=_now(),
+        supersedes=previous.id if previous is not None else None, change_note=change_note,
+    )
+    session.add(row)
+    session.flush()
+    return convert.verdict_record(row)
+
+
+def _rule_of(row: ApprovalRuleVersion) -> ApprovalRule:
+    return ApprovalRule(min_distinct_prompts=row.min_distinct_prompts, max_rejects=row.max_rejects,
+                        min_reviewers=row.min_reviewers)

@@ -120,7 +120,7 @@ def studio(tmp_path_factory, counting_engine):
 
 @pytest.fixture(scope="module")
 def reviewed(studio):
-    """Three completed turbo pairs on three prompts, each accepted once: the configuration is approved.
+    """Three completed turbo pairs on three prompts, accepted by two reviewers: the configuration is approved.
 
     A fourth pair (the first prompt at 3 candidate steps) is submitted while the first baseline is still
     queued: it must share that baseline job rather than queue the same clip again.
@@ -144,7 +144,10 @@ def reviewed(studio):
                               json={"reviewer": "rita", "decision": "accept", "reasons": [], "notes": "clean"})
         assert verdict.status_code == 200, verdict.json()
         approvals.append(_configuration(client, key)["approved"])
-    assert approvals == [False, False, True]  # the rule: accepts on 3 distinct prompts, no rejects
+    assert approvals == [False, False, False]  # accepts on 3 distinct prompts, but from one reviewer
+    second = client.post(f"/v1/pairs/{pairs[2]['id']}/verdicts", json={"reviewer": "sam", "decision": "accept"})
+    assert second.status_code == 200, second.json()
+    assert _configuration(client, key)["approved"]  # the rule: 3 distinct prompts, 2 reviewers, no rejects
     return SimpleNamespace(pairs=[client.get(f"/v1/pairs/{p['id']}").json() for p in pairs], key=key,
                            shared=shared, calls=calls)
 
@@ -184,6 +187,8 @@ def test_pair_round_trip_to_approved_export(studio, reviewed):
     assert pair["speedup"] == pytest.approx(baseline["inference_time_s"] / candidate["inference_time_s"])
     assert pair["denoise_speedup"] == pytest.approx(baseline["timings"]["denoise"] / candidate["timings"]["denoise"])
     assert pair["cost_usd"]["candidate"] == pytest.approx(candidate["inference_time_s"] * 13.16 / 3600)
+    # The tier config stored with the pair is the one its candidate clip ran (the engine planned both).
+    assert pair["tier_config"] == studio.service.store.get_clip(candidate["clip_sha"]).sidecar["tier_config"]
     # The comparison ran once per pair on the two stored clips, and its summary is on the pair.
     assert pair["metrics_status"] == "ok"
     assert pair["metrics"]["psnr_mean"] == 31.5 and pair["metrics"]["lpips_delta"] is None  # NaN → null

@@ -94,7 +94,7 @@ def test_migrated_schema_matches_models(store: Store) -> None:
         diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         current = MigrationContext.configure(conn).get_current_revision()
     assert diffs == []
-    assert current == ScriptDirectory.from_config(alembic_config()).get_current_head() == "0002"
+    assert current == ScriptDirectory.from_config(alembic_config()).get_current_head() == "0003"
 
 
 def test_migration_runs_standalone_and_downgrades(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_migration_runs_standalone_and_downgrades(tmp_path: Path) -> None:
     config.set_main_option("sqlalchemy.url", f"sqlite:///{db_path}")
     command.upgrade(config, "head")
     with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0002"
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0003"
     command.downgrade(config, "base")
     with sqlite3.connect(db_path) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -123,7 +123,7 @@ def test_schema_comes_from_alembic_not_create_all(store: Store) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
     assert {"clips", "video_jobs", "configurations", "pairs", "verdicts", "alembic_version"} <= tables
-    assert version == "0002"
+    assert version == "0003"
 
 
 # ------------------------------------------------------------------------------------------------- clips
@@ -459,12 +459,13 @@ def test_approval_needs_three_distinct_prompts_and_no_rejects(store: Store) -> N
 
 
 def test_approval_rule_is_configurable(tmp_path: Path) -> None:
-    with Store(tmp_path / "data", ApprovalRule(min_distinct_prompts=1, max_rejects=1)) as store:
+    with Store(tmp_path / "data", ApprovalRule(min_distinct_prompts=1, max_rejects=1, min_reviewers=1)) as store:
         fox, bear = completed_pair(store, "fox"), completed_pair(store, "bear")
         store.add_verdict(fox.id, "ana", "accept", [], "")
         store.add_verdict(bear.id, "ben", "reject", ["blur"], "")
         status = store.configuration_status(fox.configuration_key)
-        assert status["approved"] is True and status["rule"] == {"min_distinct_prompts": 1, "max_rejects": 1}
+        assert status["approved"] is True and status["rule"] == {"min_distinct_prompts": 1, "max_rejects": 1,
+                                                       "min_reviewers": 1}
         # The configuration is approved, but the rejected pair itself is never exported.
         assert [p.id for p in store.approved_pairs()] == [fox.id]
     with Store(tmp_path / "data") as strict:  # same data, default rule

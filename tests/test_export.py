@@ -27,6 +27,7 @@ def approve(store: Store, prompts: tuple[str, ...] = ("a red fox", "a bear", "an
     pairs = [completed_pair(store, prompt, seed=n) for n, prompt in enumerate(prompts)]
     for pair in pairs:
         store.add_verdict(pair.id, "ana", "accept", [], "looks identical")
+    store.add_verdict(pairs[-1].id, "cy", "accept", [], "")  # the default rule wants 2 distinct reviewers
     assert store.configuration_status(pairs[0].configuration_key)["approved"]
     return pairs
 
@@ -51,7 +52,8 @@ def test_export_all_approved_pairs(store: Store, tmp_path: Path) -> None:
     assert "pairs/01_a-red-fox_seed0_fast/candidate_fast.mp4" in names
     assert unapproved.id not in json.dumps(manifest)
 
-    assert manifest["pair_count"] == 3 and manifest["approval_rule"] == {"min_distinct_prompts": 3, "max_rejects": 0}
+    assert manifest["pair_count"] == 3 and manifest["approval_rule"] == {"min_distinct_prompts": 3, "max_rejects": 0,
+                                                                   "min_reviewers": 2}
     assert manifest["exported_at"].endswith("+00:00")
     assert [c["approved"] for c in manifest["configurations"]] == [True]
     assert [p["pair_id"] for p in manifest["pairs"]] == [p.id for p in pairs]

@@ -2,8 +2,8 @@
 
 The server runs in a subprocess (this file with ``--serve``): app.py's engine loader and UI factory, the REST app
 and the Gradio UI mounted at "/" exactly as app.py wires them, on 127.0.0.1 and a temp data dir. One difference
-from app.py's defaults: the approval rule needs 1 accepted prompt (not 3), so one generated pair can be approved
-and exported within the test's time budget.
+from app.py's defaults: the approval rule needs 1 accepted prompt (not 3) from 1 reviewer (not 2), so one
+generated pair can be approved and exported within the test's time budget.
 
 Flow: open → field error → generate a pair with 1-step clips → compare (frame slider, synced playback, views)
 → review (name required, accept) → configuration approved → export and download the zip. Screenshots of
@@ -63,7 +63,8 @@ def serve(argv: list[str]) -> None:
     import engine.engine  # noqa: F401 - import the model graph here, before the loader thread does (app.py does too)
 
     accounts = load_accounts(args.auth) if args.auth else None
-    service = StudioService.open(args.data_dir, approval_rule=ApprovalRule(min_distinct_prompts=1, max_rejects=0))
+    rule = ApprovalRule(min_distinct_prompts=1, max_rejects=0, min_reviewers=1)
+    service = StudioService.open(args.data_dir, approval_rule=rule)
     loader = studio_app.engine_loader(None, None)
     service.start_loading(loader)
     fastapi_app = gr.mount_gradio_app(create_app(service, accounts=accounts, loader=loader),
