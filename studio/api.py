@@ -31,6 +31,7 @@ from engine.errors import RequestError
 from engine.request import REFUSED_FIELDS
 from studio.auth import Accounts
 from studio.jobs import QueueFull
+from studio.roles import OPEN, Actor, Forbidden
 from studio.service import PairView, ServiceUnavailable, StudioService, VideoView
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,24 @@ class VerdictCreate(BaseModel):
     decision: str = Field(examples=["accept", "reject"])
     reasons: list[str] = Field(default_factory=list)
     notes: str = ""
+    change_note: str | None = Field(None, description="why: required when correcting your earlier verdict")
+
+
+class VerdictWithdraw(BaseModel):
+    """Withdraw your standing verdict on a pair; every version stays in the history."""
+
+    model_config = ConfigDict(extra="forbid")
+    reviewer: str | None = None
+    change_note: str = Field(description="why it is withdrawn")
+
+
+class RuleUpdate(BaseModel):
+    """Admin only: the approval rule's fields to change."""
+
+    model_config = ConfigDict(extra="forbid")
+    min_distinct_prompts: int | None = None
+    min_reviewers: int | None = None
+    max_rejects: int | None = None
 
 
 class ExportCreate(BaseModel):
@@ -112,14 +131,6 @@ class ExportCreate(BaseModel):
 
 class Unauthorized(Exception):
     """Missing or wrong HTTP Basic credentials."""
-
-
-class Forbidden(Exception):
-    """An authenticated user asked for something only another user may do."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field, self.message = field, message
 
 
 def _error(status: int, message: str, field: str | None, kind: str, headers: dict | None = None) -> JSONResponse:
@@ -289,6 +300,22 @@ def _current_user(accounts: Accounts | None) -> Callable[..., str | None]:
     return current_user
 
 
+def _actor(accounts: Accounts | None, user: str | None) -> Actor:
+    """The signed-in user with their role; without --auth everyone may do everything (OPEN)."""
+    return OPEN if accounts is None else Actor(user, accounts.role(user) == "admin")
+
+
+def _reviewer(user: str | None, named: str | None) -> str:
+    """The reviewer a verdict is recorded under: the signed-in user (naming someone else is forbidden)."""
+    if user is not None:
+        if named not in (None, "", user):
+            raise Forbidden("reviewer", f"signed in as {user!r}; verdicts are recorded under your own name")
+        return user
+    if named is None:
+        raise RequestError("reviewer", "is required")
+    return named
+
+
 def create_router(service: StudioService, accounts: Accounts | None = None,
                   default_tier: str | None = None) -> APIRouter:
     """The /v1 routes over ``service``; every route requires a signed-in user when ``accounts`` is given.
@@ -300,11 +327,11 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
     # ------------------------------------------------------------------------------ videos (SGLang)
 
     @router.post("/videos", tags=["videos"], summary="Queue a clip (SGLang-compatible); returns at once")
-    def create_video(body: VideoCreate) -> dict[str, Any]:
+    def create_video(body: VideoCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
         payload = sglang_to_payload(body.model_dump(exclude_unset=True))
         if default_tier:
             payload.setdefault("tier", default_tier)
-        record = _renaming(lambda: service.submit_video(payload, source="api"), SGLANG_RENAMES)
+        record = _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user), SGLANG_RENAMES)
         return video_object(service.get_video(record.id))
 
     @router.get("/videos", tags=["videos"], summary="List jobs")
@@ -322,12 +349,12 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
 
     @router.delete("/videos/{video_id}", tags=["videos"],
                    summary="Cancel a queued or running job; delete a finished one")
-    def delete_video(video_id: str) -> dict[str, Any]:
+    def delete_video(video_id: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
         view = service.get_video(video_id)
         if view.status in ("queued", "in_progress"):
-            cancelled = service.cancel_video(video_id)
+            cancelled = service.cancel_video(video_id, _actor(accounts, user))
             return {**video_object(cancelled), "deleted": False, "cancelled": True}
-        record = service.delete_video(video_id)
+        record = service.delete_video(video_id, _actor(accounts, user))
         return {"id": record.id, "object": "video.deleted", "deleted": True}
 
     @router.get("/videos/{video_id}/content", tags=["videos"], summary="The MP4 (404 until completed)",
@@ -342,11 +369,11 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
     # ------------------------------------------------------------------------------------- pairs
 
     @router.post("/pairs", tags=["pairs"], summary="Queue a same-seed baseline/candidate pair")
-    def create_pair(body: PairCreate) -> dict[str, Any]:
+    def create_pair(body: PairCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
         payload = body.model_dump(exclude_unset=True)
         if isinstance(payload.get("target"), dict):
             payload["target"] = {k: v for k, v in payload["target"].items() if v is not None}
-        record = service.submit_pair(payload)
+        record = service.submit_pair(payload, submitted_by=user)
         return pair_object(service.get_pair(record.id))
 
     @router.get("/pairs", tags=["pairs"], summary="List pairs")
@@ -358,8 +385,8 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         return pair_object(service.get_pair(pair_id))
 
     @router.delete("/pairs/{pair_id}", tags=["pairs"], summary="Cancel an unfinished pair")
-    def cancel_pair(pair_id: str) -> dict[str, Any]:
-        return pair_object(service.cancel_pair(pair_id))
+    def cancel_pair(pair_id: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return pair_object(service.cancel_pair(pair_id, _actor(accounts, user)))
 
     @router.post("/pairs/{pair_id}/metrics", tags=["pairs"], summary="Recompute a completed pair's metrics")
     def refresh_metrics(pair_id: str) -> dict[str, Any]:
@@ -367,15 +394,25 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
 
     @router.post("/pairs/{pair_id}/verdicts", tags=["review"], summary="Accept or reject a completed pair")
     def add_verdict(pair_id: str, body: VerdictCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
-        reviewer = body.reviewer
-        if user is not None:
-            if reviewer not in (None, "", user):
-                raise Forbidden("reviewer", f"signed in as {user!r}; verdicts are recorded under your own name")
-            reviewer = user
-        if reviewer is None:
-            raise RequestError("reviewer", "is required")
-        verdict = service.add_verdict(pair_id, reviewer, body.decision, body.reasons, body.notes)
+        reviewer = _reviewer(user, body.reviewer)
+        verdict = service.add_verdict(pair_id, reviewer, body.decision, body.reasons, body.notes, body.change_note)
         return {"object": "verdict", **verdict.as_dict()}
+
+    @router.post("/pairs/{pair_id}/verdicts/withdraw", tags=["review"],
+                 summary="Withdraw your verdict on a pair (kept in the history with your note)")
+    def withdraw_verdict(pair_id: str, body: VerdictWithdraw,
+                         user: str | None = Depends(current_user)) -> dict[str, Any]:
+        verdict = service.withdraw_verdict(pair_id, _reviewer(user, body.reviewer), body.change_note)
+        return {"object": "verdict", **verdict.as_dict()}
+
+    @router.get("/approval-rule", tags=["review"], summary="The approval rule and every earlier one")
+    def approval_rule() -> dict[str, Any]:
+        return {**service.approval_rule.as_dict(), "history": service.store.approval_rule_history()}
+
+    @router.put("/approval-rule", tags=["review"], summary="Admin only: change the approval rule")
+    def set_approval_rule(body: RuleUpdate, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        rule = service.set_approval_rule(body.model_dump(exclude_none=True), _actor(accounts, user))
+        return rule.as_dict()
 
     # --------------------------------------------------------------------- review, tiers, export
 

@@ -1,8 +1,10 @@
-"""Reviewer accounts from an --auth file: HTTP Basic for REST, the same accounts for Gradio's login.
+"""Accounts from an --auth file: HTTP Basic for REST, the same accounts for Gradio's login, and their roles.
 
-The file is either JSON — {"alice": "secret", ...} or [{"username": "alice", "password": "secret"}, ...] — or
-plain text with one ``user:password`` per line (blank lines and lines starting with # are skipped). The user
-name is the reviewer identity recorded with verdicts.
+The file is either JSON — {"alice": "secret", "root": {"password": "pw", "role": "admin"}, ...} or
+[{"username": "alice", "password": "secret", "role": "reviewer"}, ...] — or plain text with one
+``user:password`` per line (blank lines and lines starting with # are skipped). The user name is the reviewer
+identity recorded with verdicts. Roles: "reviewer" (the default, so files without roles keep working) and
+"admin" (may also delete jobs, cancel other people's jobs and change the approval rule).
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+
+ROLES = ("reviewer", "admin")
 
 
 class AuthFileError(ValueError):
@@ -20,9 +25,14 @@ class AuthFileError(ValueError):
 
 @dataclass(frozen=True)
 class Accounts:
-    """user name → password. Comparisons run in constant time."""
+    """user name → password, and user name → role (absent: reviewer). Comparisons run in constant time."""
 
     passwords: dict[str, str]
+    roles: dict[str, str] = field(default_factory=dict)
+
+    def role(self, username: str | None) -> str | None:
+        """The user's role; None for an unknown user."""
+        return self.roles.get(username, "reviewer") if username in self.passwords else None
 
     def check(self, username: str | None, password: str | None) -> bool:
         """True when the user exists and the password matches."""
@@ -46,29 +56,38 @@ def load_accounts(path: str | Path) -> Accounts:
     except OSError as error:
         raise AuthFileError(f"cannot read auth file {path}: {error}") from None
     stripped = text.lstrip()
-    accounts = _from_json(path, stripped) if stripped[:1] in ("{", "[") else _from_lines(path, text)
-    if not accounts:
+    entries = _from_json(path, stripped) if stripped[:1] in ("{", "[") else _from_lines(path, text)
+    if not entries:
         raise AuthFileError(f"auth file {path} defines no accounts")
-    return Accounts(accounts)
+    return Accounts({user: password for user, (password, _) in entries.items()},
+                    {user: role for user, (_, role) in entries.items()})
 
 
-def _from_json(path: Path, text: str) -> dict[str, str]:
+def _from_json(path: Path, text: str) -> dict[str, tuple[str, str]]:
+    """user → (password, role)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise AuthFileError(f"auth file {path} is not valid JSON: {error}") from None
     if isinstance(data, dict):
-        entries = list(data.items())
+        # "user": "password" (a reviewer) or "user": {"password": ..., "role": ...}
+        items = [{"username": user, **(value if isinstance(value, dict) else {"password": value})}
+                 for user, value in data.items()]
+    elif isinstance(data, list):
+        items = data
     else:
-        entries = []
-        for index, item in enumerate(data):
-            if not isinstance(item, dict) or "username" not in item or "password" not in item:
-                raise AuthFileError(f"auth file {path}: entry {index} needs \"username\" and \"password\"")
-            entries.append((item["username"], item["password"]))
-    return {_name(path, user): _password(path, user, password) for user, password in entries}
+        raise AuthFileError(f"auth file {path}: expected an object or a list of accounts")
+    entries = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or "username" not in item or "password" not in item:
+            raise AuthFileError(f"auth file {path}: entry {index} needs \"username\" and \"password\"")
+        user = _name(path, item["username"])
+        entries[user] = (_password(path, user, item["password"]), _role(path, user, item.get("role", "reviewer")))
+    return entries
 
 
-def _from_lines(path: Path, text: str) -> dict[str, str]:
+def _from_lines(path: Path, text: str) -> dict[str, tuple[str, str]]:
+    """user → (password, "reviewer"): roles need the JSON form."""
     accounts = {}
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
@@ -77,7 +96,7 @@ def _from_lines(path: Path, text: str) -> dict[str, str]:
         user, sep, password = line.partition(":")
         if not sep:
             raise AuthFileError(f"auth file {path}, line {number}: expected user:password")
-        accounts[_name(path, user.strip())] = _password(path, user, password)
+        accounts[_name(path, user.strip())] = (_password(path, user, password), "reviewer")
     return accounts
 
 
@@ -91,3 +110,9 @@ def _password(path: Path, user: object, password: object) -> str:
     if not isinstance(password, str) or not password:
         raise AuthFileError(f"auth file {path}: user {user!r} needs a non-empty password")
     return password
+
+
+def _role(path: Path, user: str, role: object) -> str:
+    if role not in ROLES:
+        raise AuthFileError(f"auth file {path}: user {user!r} has role {role!r}; roles are {', '.join(ROLES)}")
+    return role

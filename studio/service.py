@@ -40,6 +40,8 @@ from engine.tiers import TierPlan
 from studio.export import export_pairs
 from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
+from studio.review import baseline_steps, configuration_snapshot, speedup_caveat, updated_rule
+from studio.roles import OPEN, Actor
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,8 @@ class PairView:
     metrics_status: str  # ok | pending | unavailable | error | not computed
     metrics_message: str
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    baseline_steps: int | None = None  # the steps the baseline clip ran (its tier's, or an override)
+    speedup_caveat: str | None = None  # set when the speed-up is not against the tier's own baseline
 
     @property
     def baseline_video_id(self) -> str | None:
@@ -455,11 +459,13 @@ class StudioService:
         return PlannedRequest(request, self.remotes.tier_config(request.tier, request.steps), None, None,
                               request.duration_seconds, model_id, model_name, remote=True)
 
-    def submit_video(self, payload: dict[str, Any], source: str = "api") -> VideoRecord:
+    def submit_video(self, payload: dict[str, Any], source: str = "api",
+                     submitted_by: str | None = None) -> VideoRecord:
         """Validate and queue one clip; returns the queued record at once (QueueFull if the backlog is full)."""
         planned = self.plan(payload)
         with self._reserve([planned]) as enqueue:
-            record = self.store.create_video(planned.record(source=source), planned.request.tier, planned.model_name)
+            record = self.store.create_video(planned.record(source=source, submitted_by=submitted_by),
+                                             planned.request.tier, planned.model_name)
             enqueue(planned, record.id)
         return record
 
@@ -478,13 +484,14 @@ class StudioService:
             raise Conflict("status", f"video {video_id} is {record.status}; its content exists once it is completed")
         return self.store.clip_path(record.clip_sha)
 
-    def cancel_video(self, video_id: str) -> VideoView:
+    def cancel_video(self, video_id: str, actor: Actor = OPEN) -> VideoView:
         """Cancel a queued or running job (a running one stops before its next denoising step).
 
         Conflict if it has already finished. A cancelled job ends as failed with "cancelled by request";
-        pairs waiting for it fail too.
+        pairs waiting for it fail too. Forbidden unless ``actor`` submitted it or is an admin.
         """
         record = self.store.get_video(video_id)
+        actor.require_owner(record.request.get("submitted_by"), "video_id", "cancel this job")
         if record.status not in TERMINAL_STATUSES and any(q.cancel(video_id) for q in self._all_queues()):
             return self.get_video(video_id)
         record = self.store.get_video(video_id)  # it may have finished meanwhile
@@ -494,9 +501,10 @@ class StudioService:
         self.store.update_video(video_id, status="failed", error=CANCELLED_MESSAGE)
         return self.get_video(video_id)
 
-    def delete_video(self, video_id: str) -> VideoRecord:
-        """Delete a finished job (its clip file stays: clips are shared). Conflict while it is queued or
-        running (cancel it first) or when it belongs to a pair."""
+    def delete_video(self, video_id: str, actor: Actor = OPEN) -> VideoRecord:
+        """Delete a finished job (its clip file stays: clips are shared). Admin only; Conflict while it is
+        queued or running (cancel it first) or when it belongs to a pair."""
+        actor.require_admin("video_id", "delete jobs")
         record = self.store.get_video(video_id)
         if record.status not in TERMINAL_STATUSES:
             raise Conflict("video_id", f"video {video_id} is {record.status}; cancel it before deleting it")
@@ -536,7 +544,7 @@ class StudioService:
 
     # ---------------------------------------------------------------------------------------- pairs
 
-    def submit_pair(self, payload: dict[str, Any]) -> PairRecord:
+    def submit_pair(self, payload: dict[str, Any], submitted_by: str | None = None) -> PairRecord:
         """Queue a same-seed baseline/candidate pair and return its record at once.
 
         ``payload``: {"prompt", "seed", "tier", "target": {"duration_seconds", "aspect_ratio", "short_edge"},
@@ -554,9 +562,10 @@ class StudioService:
             raise RequestError("tier", f"the baseline would come from {_engine_label(baseline)} and the candidate "
                                        f"from {_engine_label(candidate)}: a same-seed comparison needs one model")
         with self._lock:
-            return self._create_pair(baseline, candidate)
+            return self._create_pair(baseline, candidate, submitted_by)
 
-    def _create_pair(self, baseline: PlannedRequest, candidate: PlannedRequest) -> PairRecord:
+    def _create_pair(self, baseline: PlannedRequest, candidate: PlannedRequest,
+                     submitted_by: str | None = None) -> PairRecord:
         """Records first, jobs last: a job may finish at once, and its pair must already be waiting for it."""
         identity = self._baseline_identity(baseline)
         shared_id = self._inflight_baselines.get(identity)
@@ -565,14 +574,14 @@ class StudioService:
         target = {"duration_seconds": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
                   "short_edge": request.short_edge}
         with self._reserve([candidate] if shared_id or reusable else [baseline, candidate]) as enqueue:
-            pair = self.store.create_pair(request.prompt, request.seed, request.tier, candidate.tier_config, target,
-                                          candidate.model_id)
+            pair = self.store.create_pair(request.prompt, request.seed, request.tier,
+                                          configuration_snapshot(candidate, baseline), target, candidate.model_id)
             try:
                 baseline_id, new_baseline = (shared_id, False) if shared_id else \
                     self._baseline_video(baseline, reusable, pair.id)
                 candidate_record = self.store.create_video(
-                    candidate.record(source="pair", pair_id=pair.id, role="candidate"), request.tier,
-                    candidate.model_name)
+                    candidate.record(source="pair", pair_id=pair.id, role="candidate",
+                                     submitted_by=submitted_by), request.tier, candidate.model_name)
                 pair = self.store.set_pair_videos(pair.id, baseline_id, candidate_record.id)
                 for video_id in {baseline_id, candidate_record.id}:
                     if self.store.get_video(video_id).status not in TERMINAL_STATUSES:
@@ -630,9 +639,13 @@ class StudioService:
                 return
             time.sleep(interval_s)
 
-    def cancel_pair(self, pair_id: str) -> PairView:
-        """Cancel a pair's unfinished videos (a baseline another pair also waits for keeps running)."""
+    def cancel_pair(self, pair_id: str, actor: Actor = OPEN) -> PairView:
+        """Cancel a pair's unfinished videos (a baseline another pair also waits for keeps running).
+        Forbidden unless ``actor`` submitted the pair or is an admin."""
         pair = self.store.get_pair(pair_id)
+        if pair.candidate_video_id:
+            owner = self.store.get_video(pair.candidate_video_id).request.get("submitted_by")
+            actor.require_owner(owner, "pair_id", "cancel this pair")
         if pair.status in TERMINAL_STATUSES:
             raise Conflict("pair_id", f"pair {pair_id} is already {pair.status}")
         with self._lock:
@@ -664,6 +677,7 @@ class StudioService:
                       "candidate": self.cost_usd(candidate and candidate.inference_time_s)},
             metrics=pair.metrics, metrics_status=metrics_status, metrics_message=message,
             verdicts=[v.as_dict() for v in self.store.list_verdicts(pair_id=pair.id)],
+            baseline_steps=baseline_steps(pair.tier_config, baseline), speedup_caveat=speedup_caveat(baseline),
         )
 
     def cost_usd(self, inference_time_s: float | None) -> float | None:
@@ -785,11 +799,22 @@ class StudioService:
     # ------------------------------------------------------------------------ review and approval
 
     def add_verdict(self, pair_id: str, reviewer: str, decision: str, reasons: list[str] | tuple[str, ...] = (),
-                    notes: str = "") -> VerdictRecord:
-        """Record accept/reject on a completed pair (StoreError naming the field; Conflict if not completed)."""
+                    notes: str = "", change_note: str | None = None) -> VerdictRecord:
+        """Record accept/reject on a completed pair (StoreError naming the field; Conflict if not completed).
+        A reviewer's second verdict on a pair corrects the first and needs ``change_note``."""
         if isinstance(reasons, str) or not isinstance(reasons, (list, tuple)):
             raise StoreError("reasons", "must be a list of reasons")
-        return self.store.add_verdict(pair_id, reviewer, decision, list(reasons), notes)
+        return self.store.add_verdict(pair_id, reviewer, decision, list(reasons), notes, change_note)
+
+    def withdraw_verdict(self, pair_id: str, reviewer: str, change_note: str) -> VerdictRecord:
+        """Withdraw the reviewer's standing verdict on a pair (kept in the history with ``change_note``)."""
+        return self.store.withdraw_verdict(pair_id, reviewer, change_note)
+
+    def set_approval_rule(self, fields: dict[str, Any], actor: Actor = OPEN) -> ApprovalRule:
+        """Admin only: change the approval rule (fields of ApprovalRule; omitted ones keep their value)."""
+        actor.require_admin("approval_rule", "change the approval rule")
+        rule = updated_rule(self.store.approval_rule, fields)
+        return self.store.set_approval_rule(rule, actor.name or "anonymous")
 
     def list_verdicts(self, pair_id: str | None = None, configuration_key: str | None = None) -> list[VerdictRecord]:
         return self.store.list_verdicts(pair_id=pair_id, configuration_key=configuration_key)
