@@ -458,7 +458,10 @@ def pair_summary_html(view, service: StudioService | None) -> str:
                      + " (speed-ups use each server's own inference_time_s)")
     speed = f"{view.speedup:.2f}×" if view.speedup else "—"
     denoise = f"{view.denoise_speedup:.2f}×" if view.denoise_speedup else "—"
-    lines.append(f"<b>Speed-up</b> {speed} end to end (inference) · {denoise} denoise stage")
+    lines.append(f"<b>Speed-up</b> {speed} end to end (inference) · {denoise} denoise stage · against a "
+                 f"{view.baseline_steps or 'server-default'}-step baseline")
+    if view.speedup_caveat:
+        lines.append(f"<span class='h3-warn'>caveat</span> {html.escape(view.speedup_caveat)}")
     cost = view.cost_usd
     if rate is not None:
         lines.append(f"<b>$ per clip</b> at ${rate:g}/h: baseline {_usd(cost.get('baseline'))} · accelerated "

@@ -362,5 +362,10 @@ def config_html(view) -> str:
         parts.append(f"first-block cache {config['cache'].get('threshold')}")
     if config.get("fused"):
         parts.append("fused kernels")
+    if config.get("baseline"):  # pairs made since the key covers the baseline and the canvas
+        parts.append(f"judged against a {config['baseline'].get('steps')}-step baseline")
+    canvas = config.get("canvas") or {}
+    if canvas.get("width"):
+        parts.append(f"canvas {canvas['width']}×{canvas['height']}")
     return (f"<div class='h3-panel'><b>Configuration</b> <code>{view.configuration_key[:12]}</code>: "
             f"{html.escape(' · '.join(parts))} · prompt “{html.escape(view.prompt)}”</div>")

@@ -18,6 +18,7 @@ from studio.service import StudioService
 from studio.ui_compare import config_html, suggestion_html
 
 DECISION_LABELS = [("Accept", "accept"), ("Reject", "reject")]
+HISTORY_HEADERS = ["when (UTC)", "reviewer", "verdict", "reasons", "notes", "change note", "replaces"]
 
 
 def error_html(field: str | None, message: str) -> str:
@@ -55,37 +56,56 @@ def build_review_tab(service: StudioService) -> dict[str, Any]:
     notes = gr.Textbox(label="Notes", lines=2, elem_id="h3-notes",
                        placeholder="e.g. faint second copy of the kite trailing it from frame 40")
     notes_err = gr.HTML("", js_on_load=None, elem_id="h3-notes-error")
-    submit = gr.Button("Record verdict", variant="primary", elem_id="h3-record-verdict")
+    change_note = gr.Textbox(label="Change note (required to correct or withdraw your earlier verdict on this pair)",
+                             elem_id="h3-change-note")
+    change_note_err = gr.HTML("", js_on_load=None, elem_id="h3-change-note-error")
+    with gr.Row():
+        submit = gr.Button("Record verdict", variant="primary", elem_id="h3-record-verdict")
+        withdraw = gr.Button("Withdraw my verdict", elem_id="h3-withdraw-verdict")
     result = gr.HTML("", js_on_load=None, elem_id="h3-verdict-result")
-    history = gr.Dataframe(headers=["when (UTC)", "reviewer", "verdict", "reasons", "notes"], interactive=False,
-                           label="Verdicts on this pair", elem_id="h3-verdict-history")
+    history = gr.Dataframe(headers=HISTORY_HEADERS, interactive=False,
+                           label="Verdicts on this pair (every version)", elem_id="h3-verdict-history")
 
     slots = {"reviewer": name_err, "decision": decision_err, "reasons": reasons_err, "notes": notes_err,
-             "general": result}
+             "change_note": change_note_err, "general": result}
 
     def select_pair(pair_id):
         return [_pair_dropdown(service, pair_id), *_pair_panel(service, pair_id)]
 
-    def record(pair_id, typed_name, decision_v, reasons_v, notes_v, request: gr.Request):
+    def act(pair_id, typed_name, request, decision_v, work):
+        """Check the pair and the reviewer, run ``work(reviewer)``, show the outcome or the error by its field."""
         messages = dict.fromkeys(slots, "")
         reviewer = _username(request) or (typed_name or "").strip()
         if not pair_id:
             messages["general"] = error_html("pair", "pick a completed pair to review")
         elif not reviewer:
             messages["reviewer"] = error_html("reviewer", "is required: type your name")
-        elif not decision_v:
+        elif decision_v is not None and not decision_v:
             messages["decision"] = error_html("decision", "choose Accept or Reject")
         else:
             try:
-                verdict = service.add_verdict(pair_id, reviewer, decision_v, list(reasons_v or []), notes_v or "")
-                messages["general"] = _recorded_html(service, verdict)
+                messages["general"] = _recorded_html(service, work(reviewer))
             except StoreError as error:
                 field = error.field if error.field in slots else "general"
                 messages[field] = error_html(error.field, error.message)
         return [*messages.values(), *_pair_panel(service, pair_id)]
 
-    verdict_event = submit.click(record, [pair, name, decision, reasons, notes], [*slots.values(), info, history])
+    def record(pair_id, typed_name, decision_v, reasons_v, notes_v, change_v, request: gr.Request):
+        return act(pair_id, typed_name, request, decision_v or "", lambda reviewer: service.add_verdict(
+            pair_id, reviewer, decision_v, list(reasons_v or []), notes_v or "", change_v or None))
+
+    def withdraw_mine(pair_id, typed_name, change_v, request: gr.Request):
+        return act(pair_id, typed_name, request, None,
+                   lambda reviewer: service.withdraw_verdict(pair_id, reviewer, change_v or ""))
+
+    outputs = [*slots.values(), info, history]
+    verdict_event = submit.click(record, [pair, name, decision, reasons, notes, change_note], outputs)
+    withdraw.click(withdraw_mine, [pair, name, change_note], outputs)
     pair.input(lambda pid: _pair_panel(service, pid), pair, [info, history])
+    # Another pair, however chosen (here, or from Generate/Compare): nothing typed for the last one carries over,
+    # so a click can never record the previous pair's verdict on this one.
+    pair.change(lambda: [None, [], "", "", *[""] * len(slots)], None, [decision, reasons, notes, change_note,
+                                                                       *slots.values()], queue=False)
     refresh.click(lambda pid: _pair_dropdown(service, pid), pair, pair, queue=False)
 
     def on_load(request: gr.Request):
@@ -125,10 +145,10 @@ def _pair_panel(service: StudioService, pair_id: str | None) -> list[Any]:
         view = service.get_pair(pair_id)
     except StoreError as error:
         return [error_html(error.field, error.message), []]
-    config = service.configuration(view.configuration_key) if view.verdicts else None
+    config = service.configuration(view.configuration_key)  # its tally, whether or not this pair has verdicts
     tally = (f"configuration <code>{view.configuration_key[:12]}</code>: {config['accepts']} accepts, "
              f"{config['rejects']} rejects, {'<b>approved</b>' if config['approved'] else 'not approved yet'}"
-             if config else f"configuration <code>{view.configuration_key[:12]}</code>: no verdicts yet")
+             if config["versions"] else f"configuration <code>{view.configuration_key[:12]}</code>: no verdicts yet")
     suggestion = suggestion_html(view.metrics) if view.metrics_status == "ok" and view.metrics else (
         f"<p class='h3-suggestion'>No suggestion: {html.escape(view.metrics_message)}</p>")
     panel = (f"<div class='h3-panel'><b>{html.escape(view.tier)}</b> vs baseline · “{html.escape(view.prompt)}” · "
@@ -139,8 +159,8 @@ def _pair_panel(service: StudioService, pair_id: str | None) -> list[Any]:
 def _history_rows(service: StudioService, pair_id: str | None) -> list[list[Any]]:
     if not pair_id:
         return []
-    return [[f"{v.created_at:%Y-%m-%d %H:%M:%S}", v.reviewer, v.decision, ", ".join(v.reasons), v.notes]
-            for v in service.list_verdicts(pair_id=pair_id)]
+    return [[f"{v.created_at:%Y-%m-%d %H:%M:%S}", v.reviewer, v.decision, ", ".join(v.reasons), v.notes,
+             v.change_note or "", (v.supersedes or "")[-6:]] for v in service.list_verdicts(pair_id=pair_id)]
 
 
 def _recorded_html(service: StudioService, verdict) -> str:
@@ -148,10 +168,11 @@ def _recorded_html(service: StudioService, verdict) -> str:
     rule = config.get("rule", {})
     state = "<span class='h3-badge'>approved</span>" if config["approved"] else "<span class='h3-warn'>not approved yet</span>"
     return (f"<div class='h3-panel'>Recorded <b>{html.escape(verdict.decision)}</b> by {html.escape(verdict.reviewer)}"
-            f" ({html.escape(', '.join(verdict.reasons) or 'no reasons')}). Configuration "
-            f"<code>{verdict.configuration_key[:12]}</code>: {state} · {config['accepts']} accepts on "
-            f"{config['distinct_accepted_prompts']} distinct prompts (needs {rule.get('min_distinct_prompts')}) · "
-            f"{config['rejects']} rejects (allowed {rule.get('max_rejects')})</div>")
+            f" on pair <code>{verdict.pair_id[-6:]}</code> ({html.escape(', '.join(verdict.reasons) or 'no reasons')})"
+            f". Configuration <code>{verdict.configuration_key[:12]}</code>: {state} · {config['accepts']} accepts on "
+            f"{config['distinct_accepted_prompts']} distinct prompts (needs {rule.get('min_distinct_prompts')}) from "
+            f"{len(config['accepting_reviewers'])} reviewers (needs {rule.get('min_reviewers')}) · "
+            f"{config['rejects']} standing rejects (allowed {rule.get('max_rejects')})</div>")
 
 
 # --------------------------------------------------------------------------------------- configurations
@@ -164,13 +185,15 @@ CONFIG_HEADERS = ["configuration", "tier", "steps", "duration s", "status", "acc
 def build_configurations_tab(service: StudioService) -> dict[str, Any]:
     rule = service.approval_rule
     gr.Markdown(f"A configuration is **approved** when it is accepted on at least {rule.min_distinct_prompts} "
-                f"distinct prompts with at most {rule.max_rejects} rejects. Click a row for its history.")
+                f"distinct prompts by at least {rule.min_reviewers} distinct reviewers with at most "
+                f"{rule.max_rejects} standing rejects (each reviewer's latest verdict per pair counts once). Click a "
+                "row for its history: every version of every verdict, corrections and withdrawals included.")
     refresh = gr.Button("Refresh", elem_id="h3-config-refresh", size="sm")
     table = gr.Dataframe(headers=CONFIG_HEADERS, interactive=False, elem_id="h3-config-table")
     keys = gr.State([])
     detail = gr.HTML("", js_on_load=None, elem_id="h3-config-detail")
-    history = gr.Dataframe(headers=["when (UTC)", "reviewer", "verdict", "reasons", "notes", "prompt", "pair"],
-                           interactive=False, label="History", elem_id="h3-config-history")
+    history = gr.Dataframe(headers=[*HISTORY_HEADERS, "prompt", "pair"], interactive=False, label="History",
+                           elem_id="h3-config-history")
 
     def refresh_table():
         configs = service.list_configurations()
@@ -182,7 +205,8 @@ def build_configurations_tab(service: StudioService) -> dict[str, Any]:
             return "", []
         config = service.configuration(keys_v[index])
         rows = [[h["created_at"][:19].replace("T", " "), h["reviewer"], h["decision"], ", ".join(h["reasons"]),
-                 h["notes"], h["prompt"], h["pair_id"]] for h in config["history"]]
+                 h["notes"], h["change_note"] or "", (h["supersedes"] or "")[-6:], h["prompt"], h["pair_id"]]
+                for h in config["history"]]
         return _config_detail(config), rows
 
     refresh.click(refresh_table, None, [table, keys])
@@ -202,7 +226,8 @@ def _config_detail(config: dict[str, Any]) -> str:
     prompts = "".join(f"<li>{html.escape(p)}</li>" for p in config["accepted_prompts"]) or "<li>none yet</li>"
     return (f"<div class='h3-panel'><b>{html.escape(config['tier_name'])}</b> {state} · key "
             f"<code>{config['key']}</code> · model {html.escape(config['model_id'])} · "
-            f"{config['duration_seconds']} s<br>Accepted prompts:<ul>{prompts}</ul>"
+            f"{config['duration_seconds']} s · accepting reviewers: "
+            f"{html.escape(', '.join(config['accepting_reviewers']) or 'none')}<br>Accepted prompts:<ul>{prompts}</ul>"
             f"<details><summary>exact tier configuration</summary><pre>"
             f"{html.escape(json.dumps(config['tier_config'], indent=2))}</pre></details></div>")
 
