@@ -1,4 +1,5 @@
-"""Engine.generate(request, on_step, cancel) -> Clip: the only door other packages use.
+"""The only door other packages use (the `GenerationEngine` protocol of engine/interface.py):
+Engine.plan(request) -> RequestPlan, then Engine.generate(request, on_step, cancel) -> Clip.
 
 validate → plan → encode_text → prepare_noise → denoise → decode_video → decode_audio → mux, each stage timed.
 The request's tier becomes a TierPlan; the plan's techniques are installed around the denoise stage (LoRA hooks,
@@ -25,6 +26,7 @@ from engine.attention import AttentionRuntime, install_processors, restore_proce
 from engine.cache import FirstBlockCache
 from engine.clip import Clip
 from engine.components import Components, load_components
+from engine.interface import RequestPlan, plan_request, tier_plan
 from engine.media import encode_mp4
 from engine.plan import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
 from engine.request import GenerationRequest, ModelLimits
@@ -105,8 +107,25 @@ class Engine:
     def model_id(self) -> str:
         return self.components.model_id
 
+    @property
+    def model_name(self) -> str:
+        return self.components.name
+
+    @property
+    def untrained(self) -> bool:
+        return self.components.untrained
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.components.transformer.transformer_blocks)
+
     def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
         return self.tiers.validate(payload, self.limits)
+
+    def plan(self, payload: dict | GenerationRequest) -> RequestPlan:
+        """Validate and plan one request: the tier config its clip will carry, its canvas, the model."""
+        return plan_request(self.validate(payload), self.tiers, self.components.geometry, self.num_blocks,
+                            self.model_id, self.model_name)
 
     def generate(self, payload: dict | GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
                  cancel: Callable[[], bool] | None = None) -> Clip:
@@ -126,8 +145,8 @@ class Engine:
 
     def _denoise(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> _Denoised:
         components = self.components
-        tier = self.tiers.get(request.tier)
-        plan = TierPlan(tier, request.steps or tier.steps, len(components.transformer.transformer_blocks))
+        plan = tier_plan(self.tiers, request, self.num_blocks)  # the one `plan()` reports
+        tier = plan.tier
         with timer.stage("encode_text"):
             if self.parallel is not None:
                 prompt_embeds = self.parallel.encode_text(components, request.prompt)

@@ -4,10 +4,10 @@ Each worker joins the process group, loads the model, shards it (engine/distribu
 shards, Ulysses attention) and runs the ordinary `Engine` with its `ParallelContext`, serving jobs from its inbox
 until the parent closes the group.
 
-`ParallelEngine` is the parent-side handle with `Engine`'s interface (`generate / validate / latents`). A worker
-that dies, runs out of memory or stalls fails the request with a message; the group is then restarted in the
-background and serves the next request. On CPU the backend is gloo (the tests), on CUDA it is NCCL with NVLink
-multicast kept off.
+`ParallelEngine` is the parent-side handle with `Engine`'s interface (`plan / generate / validate / latents`).
+A worker that dies, runs out of memory or stalls fails the request with a message; the group is then restarted in
+the background and serves the next request. On CPU the backend is gloo (the tests), on CUDA it is NCCL with
+NVLink multicast kept off.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -32,6 +31,7 @@ import torch.distributed as dist
 from engine.clip import Clip
 from engine.distributed import ParallelContext, install_sequence_shards, join_group, shard_weights
 from engine.errors import GenerationCancelled, ModelLoadError, RequestError
+from engine.interface import RequestPlan, plan_request
 from engine.request import GenerationRequest, ModelLimits
 from engine.tiers import TierTable
 
@@ -144,8 +144,7 @@ def _summary(engine) -> dict:
     return {"name": components.name, "model_id": components.model_id, "path": components.path,
             "untrained": components.untrained, "geometry": components.geometry,
             "pipeline_config": components.pipeline_config, "device": str(components.device),
-            "num_blocks": len(components.transformer.transformer_blocks),
-            "transformer_config": dict(components.transformer.config)}
+            "num_blocks": len(components.transformer.transformer_blocks)}
 
 
 def _serve(engine, ctx: ParallelContext, job: WorkerJob, outbox, cancel_event) -> Final:
@@ -275,7 +274,7 @@ class _WorkerGroup:
 
 @dataclass
 class ComponentsSummary:
-    """What the studio reads from `engine.components`, reported by rank 0 (the parent holds no weights)."""
+    """What the parent knows of the model, reported by rank 0 (the parent holds no weights): enough to plan."""
 
     name: str
     model_id: str
@@ -285,11 +284,6 @@ class ComponentsSummary:
     pipeline_config: dict
     device: str
     num_blocks: int
-    transformer_config: dict = field(default_factory=dict)
-
-    @property
-    def transformer(self) -> SimpleNamespace:
-        return SimpleNamespace(transformer_blocks=range(self.num_blocks), config=self.transformer_config)
 
 
 @dataclass
@@ -330,8 +324,22 @@ class ParallelEngine:
     def model_id(self) -> str:
         return self.components.model_id
 
+    @property
+    def model_name(self) -> str:
+        return self.components.name
+
+    @property
+    def untrained(self) -> bool:
+        return self.components.untrained
+
     def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
         return self.tiers.validate(payload, self.limits)
+
+    def plan(self, payload: dict | GenerationRequest) -> RequestPlan:
+        """`Engine.plan`, from rank 0's model summary: the workers run the same tier table and model."""
+        components = self.components
+        return plan_request(self.validate(payload), self.tiers, components.geometry, components.num_blocks,
+                            self.model_id, self.model_name)
 
     def generate(self, payload: dict | GenerationRequest, on_step: Callable | None = None,
                  cancel: Callable[[], bool] | None = None) -> Clip:

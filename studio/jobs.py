@@ -22,11 +22,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from db import ClipRecord, Store
 from db.errors import Conflict, NotFound
 from engine.errors import GenerationCancelled
+from engine.interface import GenerationEngine
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +38,6 @@ DENOISE_PROGRESS_CAP = 99  # decoding and muxing follow the last step: 100 means
 
 class QueueFull(RuntimeError):
     """The backlog is at its limit; the caller should retry later (REST answers 429)."""
-
-
-class EngineLike(Protocol):
-    """What the queue needs from the engine (the real :class:`engine.engine.Engine`, or a test double)."""
-
-    def generate(self, payload: Any, on_step: Callable | None = None, cancel: Callable[[], bool] | None = None): ...
 
 
 @dataclass
@@ -103,7 +98,7 @@ class JobQueue:
     logged and never stop the worker.
     """
 
-    def __init__(self, engine: EngineLike, store: Store, max_queued: int = 8,
+    def __init__(self, engine: GenerationEngine, store: Store, max_queued: int = 8,
                  on_start: Listener | None = None, on_finish: FinishListener | None = None,
                  workers: int = 1, name: str = "engine"):
         if max_queued < 1 or workers < 1:

@@ -32,7 +32,8 @@ import httpx
 
 from engine.errors import GenerationCancelled
 from engine.media import probe_mp4
-from engine.request import MAX_STEPS, MIN_STEPS, GenerationRequest
+from engine.interface import RequestPlan
+from engine.request import MAX_STEPS, MIN_STEPS, GenerationRequest, ModelLimits, validate_request
 
 log = logging.getLogger(__name__)
 
@@ -497,10 +498,28 @@ class RemoteJob:
 
 
 class RemoteTier:
-    """The engine of one tier's job queue: each job goes to the least-busy healthy server of the tier."""
+    """The engine of one tier's job queue (a `GenerationEngine`): each job goes to the least-busy healthy server
+    of the tier."""
 
     def __init__(self, pool: RemotePool, tier: str):
         self.pool, self.tier = pool, tier
+
+    @property
+    def model_id(self) -> str:
+        return self.pool.model_identity(self.tier)[1]
+
+    @property
+    def model_name(self) -> str:
+        return self.pool.model_identity(self.tier)[0]
+
+    def plan(self, payload: dict[str, Any] | GenerationRequest) -> RequestPlan:
+        """The common input rules with MiniMax-H3's limits (the server checks the rest and its refusal fails the
+        job with its message); the canvas is unknown until the MP4 is back. RemoteUnavailable when no server of
+        the tier is healthy."""
+        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, ModelLimits())
+        model_name, model_id = self.pool.model_identity(self.tier)
+        return RequestPlan(request, self.pool.tier_config(self.tier, request.steps), None, None,
+                           request.duration_seconds, model_id, model_name, remote=True)
 
     def generate(self, job: RemoteJob, on_step: Callable | None = None,
                  cancel: Callable[[], bool] | None = None) -> RemoteClip:

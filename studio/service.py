@@ -34,9 +34,8 @@ from db.errors import Conflict, NotFound, StoreError
 from db.records import DECISIONS, REASONS, TERMINAL_STATUSES
 from engine.errors import RequestError
 from engine.labels import model_label
-from engine.plan import resolve_canvas
-from engine.request import ASPECT_RATIOS, GenerationRequest, ModelLimits, validate_request
-from engine.tiers import TierPlan
+from engine.interface import RequestPlan
+from engine.request import ASPECT_RATIOS, GenerationRequest
 from studio.export import export_pairs
 from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
@@ -95,31 +94,6 @@ class ServiceConfig:
     @property
     def export_dir(self) -> Path:
         return Path(self.data_dir) / "exports"
-
-
-@dataclass(frozen=True)
-class PlannedRequest:
-    """A validated request plus what it will produce: the tier config its clip will carry, its canvas (None
-    for a remote tier: the server's model decides it) and the engine that makes it."""
-
-    request: GenerationRequest
-    tier_config: dict[str, Any]
-    width: int | None
-    height: int | None
-    seconds: float  # the clip's real duration (frames / 24), e.g. 5.166667 for 5 s
-    model_id: str
-    model_name: str
-    remote: bool = False  # True: the tier's --remotes servers make it, else the in-process engine
-
-    def job_request(self, on_accepted: Callable[[str, str], None]) -> Any:
-        """What the job queue hands its engine: the request, or for a remote tier a RemoteJob that reports the
-        server's video id to ``on_accepted(server, remote video id)``."""
-        return RemoteJob(self.request, self.tier_config, on_accepted) if self.remote else self.request
-
-    def record(self, **extra: Any) -> dict[str, Any]:
-        """The request JSON stored with a video job (shown back by GET /v1/videos/{id})."""
-        return {**self.request.to_dict(), "width": self.width, "height": self.height, "seconds": self.seconds,
-                "engine": "remote" if self.remote else "local", **extra}
 
 
 @dataclass(frozen=True)
@@ -331,14 +305,14 @@ class StudioService:
         assert self._queue is not None
         return self._queue
 
-    def _queue_of(self, planned: PlannedRequest) -> JobQueue:
+    def _queue_of(self, planned: RequestPlan) -> JobQueue:
         return self._remote_queues[planned.request.tier] if planned.remote else self.queue
 
     def _all_queues(self) -> list[JobQueue]:
         return [q for q in (self._queue, *self._remote_queues.values()) if q is not None]
 
     @contextlib.contextmanager
-    def _reserve(self, planned: list[PlannedRequest]) -> Iterator[Callable[[PlannedRequest, str], None]]:
+    def _reserve(self, planned: list[RequestPlan]) -> Iterator[Callable[[RequestPlan, str], None]]:
         """Reserve a slot for each planned job in its engine's queue (all or nothing: QueueFull otherwise) and
         yield ``enqueue(planned, video_id)``."""
         queues = [self._queue_of(p) for p in planned]
@@ -348,15 +322,15 @@ class StudioService:
                 if id(queue) not in reservations:
                     reservations[id(queue)] = stack.enter_context(queue.reserve(sum(q is queue for q in queues)))
 
-            def enqueue(item: PlannedRequest, video_id: str) -> None:
-                job_request = item.job_request(functools.partial(self.store.set_video_remote, video_id))
+            def enqueue(item: RequestPlan, video_id: str) -> None:
+                job_request = _job_request(item, functools.partial(self.store.set_video_remote, video_id))
                 reservations[id(self._queue_of(item))].enqueue(Job(video_id, job_request))
 
             yield enqueue
 
     @property
     def model_name(self) -> str:
-        return self.engine.components.name
+        return self.engine.model_name
 
     def quality(self) -> ModuleType | None:
         """The quality module (studio.quality) when it is importable, else None ("not yet available")."""
@@ -371,7 +345,7 @@ class StudioService:
                 return {"status": "unavailable", "error": "no engine attached to this service"}
             return {"status": "loading"}
         health = {"status": "ok", "model": self.model_name, "model_id": self._engine.model_id,
-                  **model_label(self._engine.components.untrained),
+                  **model_label(self._engine.untrained),
                   "queue": self._queue.snapshot() if self._queue else None,
                   "quality": "available" if self._quality_loader() else QUALITY_UNAVAILABLE}
         if self.remotes is not None:
@@ -404,7 +378,7 @@ class StudioService:
         if duration is not None:
             duration = self._check_duration(duration)
         engine = self.engine
-        rows = engine.tiers.describe(duration, model_untrained=engine.components.untrained)
+        rows = engine.tiers.describe(duration, model_untrained=engine.untrained)
         if self.remotes is None:
             return rows
         remote_rows = self.remotes.tier_rows()  # a tier served by remotes is served by them, not in-process
@@ -430,41 +404,26 @@ class StudioService:
 
     # --------------------------------------------------------------------------------------- videos
 
-    def plan(self, payload: dict[str, Any] | GenerationRequest) -> PlannedRequest:
-        """Validate a request (RequestError naming the field) and work out its tier config and canvas.
+    def plan(self, payload: dict[str, Any] | GenerationRequest) -> RequestPlan:
+        """Validate a request (RequestError naming the field) and ask the engine that will run it for its plan.
 
-        A tier that --remotes servers serve is planned for them (ServiceUnavailable when none is healthy)."""
+        A tier that --remotes servers serve is planned by them (ServiceUnavailable when none is healthy)."""
         engine = self.engine
         tier_name = payload.tier if isinstance(payload, GenerationRequest) else \
             (payload.get("tier", BASELINE_TIER) if isinstance(payload, dict) else None)
         if self.remotes is not None and self.remotes.serves(tier_name):
-            return self._plan_remote(payload)
-        request = engine.validate(payload)
-        tier = engine.tiers.get(request.tier)
-        blocks = len(engine.components.transformer.transformer_blocks)
-        tier_config = TierPlan(tier, request.steps or tier.steps, blocks).to_dict()
-        canvas = resolve_canvas(engine.components.geometry, request.duration_seconds, request.aspect_ratio,
-                                request.short_edge)
-        return PlannedRequest(request, tier_config, canvas.width, canvas.height, canvas.duration_seconds,
-                              engine.model_id, self.model_name)
-
-    def _plan_remote(self, payload: dict[str, Any] | GenerationRequest) -> PlannedRequest:
-        """A remote tier's request: the common input rules with MiniMax-H3's limits (the server checks the
-        rest and its refusal fails the job with its message); canvas unknown until the MP4 is back."""
-        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, ModelLimits())
-        try:
-            model_name, model_id = self.remotes.model_identity(request.tier)
-        except RemoteUnavailable as error:
-            raise ServiceUnavailable(str(error)) from None
-        return PlannedRequest(request, self.remotes.tier_config(request.tier, request.steps), None, None,
-                              request.duration_seconds, model_id, model_name, remote=True)
+            try:
+                return self.remotes.engine(tier_name).plan(payload)
+            except RemoteUnavailable as error:
+                raise ServiceUnavailable(str(error)) from None
+        return engine.plan(payload)
 
     def submit_video(self, payload: dict[str, Any], source: str = "api",
                      submitted_by: str | None = None) -> VideoRecord:
         """Validate and queue one clip; returns the queued record at once (QueueFull if the backlog is full)."""
         planned = self.plan(payload)
         with self._reserve([planned]) as enqueue:
-            record = self.store.create_video(planned.record(source=source, submitted_by=submitted_by),
+            record = self.store.create_video(_video_request(planned, source=source, submitted_by=submitted_by),
                                              planned.request.tier, planned.model_name)
             enqueue(planned, record.id)
         return record
@@ -564,7 +523,7 @@ class StudioService:
         with self._lock:
             return self._create_pair(baseline, candidate, submitted_by)
 
-    def _create_pair(self, baseline: PlannedRequest, candidate: PlannedRequest,
+    def _create_pair(self, baseline: RequestPlan, candidate: RequestPlan,
                      submitted_by: str | None = None) -> PairRecord:
         """Records first, jobs last: a job may finish at once, and its pair must already be waiting for it."""
         identity = self._baseline_identity(baseline)
@@ -580,7 +539,7 @@ class StudioService:
                 baseline_id, new_baseline = (shared_id, False) if shared_id else \
                     self._baseline_video(baseline, reusable, pair.id)
                 candidate_record = self.store.create_video(
-                    candidate.record(source="pair", pair_id=pair.id, role="candidate",
+                    _video_request(candidate, source="pair", pair_id=pair.id, role="candidate",
                                      submitted_by=submitted_by), request.tier, candidate.model_name)
                 pair = self.store.set_pair_videos(pair.id, baseline_id, candidate_record.id)
                 for video_id in {baseline_id, candidate_record.id}:
@@ -595,7 +554,7 @@ class StudioService:
                 raise
         return pair
 
-    def _baseline_identity(self, baseline: PlannedRequest) -> tuple:
+    def _baseline_identity(self, baseline: RequestPlan) -> tuple:
         """find_clip's arguments: what makes two baseline clips the same clip (a remote plan has no canvas:
         the requested aspect ratio and short edge stand for it)."""
         request = baseline.request
@@ -603,16 +562,18 @@ class StudioService:
                 request.duration_seconds, tier_config_hash(baseline.tier_config), request.aspect_ratio,
                 request.short_edge)
 
-    def _baseline_video(self, baseline: PlannedRequest, reusable: ClipRecord | None, pair_id: str) -> tuple[str, bool]:
+    def _baseline_video(self, baseline: RequestPlan, reusable: ClipRecord | None, pair_id: str) -> tuple[str, bool]:
         """The baseline's video id and whether it needs a job: a new record (True), or (False) a completed
         record pointing at the stored clip."""
         request = baseline.request
         if reusable is None:
-            record = self.store.create_video(baseline.record(source="pair", pair_id=pair_id, role="baseline"),
-                                             request.tier, baseline.model_name)
+            record = self.store.create_video(
+                _video_request(baseline, source="pair", pair_id=pair_id, role="baseline"), request.tier,
+                baseline.model_name)
             return record.id, True
         record = self.store.create_video(
-            baseline.record(source="pair", pair_id=pair_id, role="baseline", reused_clip=reusable.sha256),
+            _video_request(baseline, source="pair", pair_id=pair_id, role="baseline",
+                           reused_clip=reusable.sha256),
             request.tier, baseline.model_name)
         sidecar = reusable.sidecar
         # The reused clip keeps the timings of the run that made it: speed-ups compare real generations.
@@ -870,7 +831,7 @@ def _split_pair_payload(payload: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return baseline, candidate
 
 
-def _renamed(work: Callable[[], PlannedRequest], renames: dict[str, str]) -> PlannedRequest:
+def _renamed(work: Callable[[], RequestPlan], renames: dict[str, str]) -> RequestPlan:
     """Run ``work``; re-raise a RequestError under the field name the caller used."""
     try:
         return work()
@@ -880,7 +841,19 @@ def _renamed(work: Callable[[], PlannedRequest], renames: dict[str, str]) -> Pla
         raise
 
 
-def _engine_label(planned: PlannedRequest) -> str:
+def _job_request(planned: RequestPlan, on_accepted: Callable[[str, str], None]) -> Any:
+    """What the job queue hands its engine: the request, or for a remote tier a RemoteJob that reports the
+    server's video id to ``on_accepted(server, remote video id)``."""
+    return RemoteJob(planned.request, planned.tier_config, on_accepted) if planned.remote else planned.request
+
+
+def _video_request(planned: RequestPlan, **extra: Any) -> dict[str, Any]:
+    """The request JSON stored with a video job (shown back by GET /v1/videos/{id})."""
+    return {**planned.request.to_dict(), "width": planned.width, "height": planned.height,
+            "seconds": planned.seconds, "engine": "remote" if planned.remote else "local", **extra}
+
+
+def _engine_label(planned: RequestPlan) -> str:
     where = f"the remote servers of tier {planned.request.tier!r}" if planned.remote else "the in-process engine"
     return f"{where} (model {planned.model_name}, id {planned.model_id[:16]})"
 

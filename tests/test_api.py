@@ -187,8 +187,11 @@ def test_pair_round_trip_to_approved_export(studio, reviewed):
     assert pair["speedup"] == pytest.approx(baseline["inference_time_s"] / candidate["inference_time_s"])
     assert pair["denoise_speedup"] == pytest.approx(baseline["timings"]["denoise"] / candidate["timings"]["denoise"])
     assert pair["cost_usd"]["candidate"] == pytest.approx(candidate["inference_time_s"] * 13.16 / 3600)
-    # The tier config stored with the pair is the one its candidate clip ran (the engine planned both).
-    assert pair["tier_config"] == studio.service.store.get_clip(candidate["clip_sha"]).sidecar["tier_config"]
+    # The tier configs stored with the pair are the ones its two clips ran (the engine planned them all).
+    for stored, clip in ((pair["tier_config"], candidate), (pair["tier_config"]["baseline"], baseline)):
+        ran = studio.service.store.get_clip(clip["clip_sha"]).sidecar["tier_config"]
+        assert {k: v for k, v in ran.items() if k != "description"} == \
+            {k: v for k, v in stored.items() if k not in ("baseline", "canvas")}
     # The comparison ran once per pair on the two stored clips, and its summary is on the pair.
     assert pair["metrics_status"] == "ok"
     assert pair["metrics"]["psnr_mean"] == 31.5 and pair["metrics"]["lpips_delta"] is None  # NaN → null

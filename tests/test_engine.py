@@ -85,6 +85,17 @@ def test_clip_mp4_and_sidecar(nano_engine, tmp_path):
     assert sidecar["model_id"] == nano_engine.model_id and sidecar["tokens"] == clip.tokens > 1000
 
 
+def test_plan_is_what_generate_runs(nano_engine):
+    """What the studio stores from `plan()` (tier config, canvas, model) is what the clip that ran carries."""
+    request = {"prompt": PROMPT, "seed": 3, "tier": "turbo", "steps": 2, "short_edge": 32, "aspect_ratio": "1:1"}
+    plan = nano_engine.plan(request)
+    clip = nano_engine.generate(request)
+    assert plan.tier_config == clip.tier_config and plan.tier_config["steps"] == 2
+    assert (plan.width, plan.height, plan.seconds) == (clip.width, clip.height, clip.duration_seconds)
+    assert (plan.model_id, plan.model_name, plan.remote) == (clip.model_id, clip.model_name, False)
+    assert plan.request == nano_engine.validate(request)
+
+
 def test_cancel_flag_stops_denoising_and_engine_keeps_serving(nano_engine):
     from engine.errors import GenerationCancelled
 

@@ -1,0 +1,78 @@
+"""The one door into an engine: `plan(payload) -> RequestPlan`, then `generate(...)`.
+
+Three engines implement `GenerationEngine`: the in-process `engine.engine.Engine`, the sequence-parallel
+`engine.parallel.ParallelEngine` and a remote tier's engine (`studio.remote.RemoteTier`, SGLang servers). The studio
+asks the engine that will run a request for its plan and stores what the plan says (the tier config, the canvas,
+the model), so what it stores is what runs; it never reads an engine's internals.
+
+Light on purpose (no diffusers at import): the parent of a parallel engine and the studio's remote path import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine.request import GenerationRequest, ModelLimits
+from engine.tiers import TierPlan, TierTable
+
+if TYPE_CHECKING:
+    from engine.plan import ModelGeometry
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """A validated request and what its clip will be, as the engine that runs it plans it."""
+
+    request: GenerationRequest
+    tier_config: dict[str, Any]  # the tier config the clip carries (in-process: `TierPlan.to_dict()`)
+    width: int | None  # the canvas; None for a remote engine, whose server decides it
+    height: int | None
+    seconds: float  # the clip's real duration (frames / 24), e.g. 5.166667 for 5 s
+    model_id: str
+    model_name: str
+    remote: bool = False  # True: a remote server makes the clip, else this process (or its workers)
+
+
+class GenerationEngine(Protocol):
+    """What the studio asks of every engine."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def model_name(self) -> str: ...
+
+    def plan(self, payload: dict | GenerationRequest) -> RequestPlan:
+        """Validate (RequestError naming the field) and plan one request; nothing runs yet."""
+
+    def generate(self, job: Any, on_step: Callable | None = None, cancel: Callable[[], bool] | None = None) -> Any:
+        """Run one planned request (a `GenerationRequest`; a remote engine takes its `RemoteJob`) to a clip."""
+
+
+class ModelEngine(GenerationEngine, Protocol):
+    """An engine that holds the model itself (in-process or in its workers): it also answers from its tier table,
+    its input limits and whether its weights are a random stand-in."""
+
+    tiers: TierTable
+    limits: ModelLimits
+
+    @property
+    def untrained(self) -> bool: ...
+
+
+def tier_plan(tiers: TierTable, request: GenerationRequest, num_blocks: int) -> TierPlan:
+    """The TierPlan a validated request runs: its tier at its steps (the tier's own when it names none)."""
+    tier = tiers.get(request.tier)
+    return TierPlan(tier, request.steps or tier.steps, num_blocks)
+
+
+def plan_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,
+                 model_id: str, model_name: str) -> RequestPlan:
+    """The plan of a validated request on a model of this geometry and depth (in-process and parallel engines)."""
+    from engine.plan import resolve_canvas  # imports diffusers: only when a local engine plans
+
+    canvas = resolve_canvas(geometry, request.duration_seconds, request.aspect_ratio, request.short_edge)
+    return RequestPlan(request, tier_plan(tiers, request, num_blocks).to_dict(), canvas.width, canvas.height,
+                       canvas.duration_seconds, model_id, model_name)
