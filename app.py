@@ -118,15 +118,16 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    from db.errors import DataDirError
     from studio.remote import RemotesFileError, load_remotes  # imports PyAV and httpx: not needed for --help
 
     try:
         accounts = load_accounts(args.auth) if args.auth else None
         remotes = load_remotes(args.remotes) if args.remotes else None
-    except (AuthFileError, RemotesFileError) as error:
+        app = build_app(args, accounts, remotes)
+    except (AuthFileError, RemotesFileError, DataDirError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    app = build_app(args, accounts, remotes)
     import uvicorn
 
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")

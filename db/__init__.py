@@ -3,7 +3,7 @@
 Knows nothing of the engine or the UI; takes and returns plain data. Start with :class:`db.store.Store`.
 """
 
-from db.errors import ClipIntegrityError, Conflict, NotFound, StoreError
+from db.errors import ClipIntegrityError, Conflict, DataDirError, NotFound, StoreError
 from db.keys import configuration_key, tier_config_hash
 from db.records import ApprovalRule, ClipRecord, PairRecord, VerdictRecord, VideoRecord
 from db.store import Store
@@ -13,6 +13,7 @@ __all__ = [
     "ClipIntegrityError",
     "ClipRecord",
     "Conflict",
+    "DataDirError",
     "NotFound",
     "PairRecord",
     "Store",

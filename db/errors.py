@@ -29,3 +29,8 @@ class ClipIntegrityError(RuntimeError):
 
     Not a ValueError: nothing the caller sent was wrong, so it must not become a 4xx.
     """
+
+
+class DataDirError(RuntimeError):
+    """The data dir cannot be opened as it is (database lost or corrupt, another server on it); the message says
+    what was found and what to do. Raised at start-up, before anything is written."""

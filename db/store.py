@@ -50,6 +50,7 @@ from db.records import (
     VerdictRecord,
     VideoRecord,
 )
+from db.startup import check_database
 
 T = TypeVar("T")
 
@@ -104,6 +105,7 @@ class Store:
         self.data_dir = Path(data_dir)
         (self.data_dir / "clips").mkdir(parents=True, exist_ok=True)
         self.db_path = self.data_dir / DB_FILENAME
+        check_database(self.db_path, self.data_dir / "clips")
         self.default_approval_rule = approval_rule or ApprovalRule()  # applies until an admin sets one
         self._engine = make_engine(self.db_path)
         upgrade(self._engine)
