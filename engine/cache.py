@@ -2,9 +2,9 @@
 
 If the residual block 0 adds has barely changed since the previous step (relative L1 below the threshold), blocks
 1..N-1 are skipped and the residual they added at the last computed step is reused. The decision is a single bool
-per step, passed through `agree` so that parallel ranks can all-reduce it and never diverge. Under sequence
-parallelism each rank holds only its rows of the residual, so `measure` replaces the local statistic with the
-whole sequence's (one all-reduce of two sums): every rank then takes the single-process decision.
+per step. Under sequence parallelism each rank holds only its rows of the residual, so `measure` replaces the
+local statistic with the whole sequence's (one all-reduce of two sums): every rank then takes the same decision,
+the single-process one.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from engine.tiers import CacheSpec, TierPlan
 class FirstBlockCache:
     """Wraps the transformer blocks' forwards for one request; `remove()` restores them."""
 
-    def __init__(self, spec: CacheSpec, plan: TierPlan, agree: Callable[[bool], bool] | None = None,
+    def __init__(self, spec: CacheSpec, plan: TierPlan,
                  measure: Callable[[torch.Tensor, torch.Tensor], float] | None = None):
         """`measure(residual, previous)` -> relative L1 change; default: over the local tensors."""
         self.spec = spec
         self.plan = plan
-        self.agree = agree or (lambda decision: decision)
         self.measure = measure
         self.blocks: list[torch.nn.Module] = []
         self.step = 0
@@ -81,7 +80,7 @@ class FirstBlockCache:
         def forward(hidden_states, *args, **kwargs):
             output = original(hidden_states, *args, **kwargs)
             residual = output - hidden_states
-            self.skip = bool(self.agree(self._decide(residual)))
+            self.skip = self._decide(residual)
             self.consecutive = self.consecutive + 1 if self.skip else 0
             self.previous_residual = residual
             self.first_output = output

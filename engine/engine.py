@@ -87,11 +87,9 @@ class Engine:
     """One loaded model serving one request at a time (requests queue on a lock)."""
 
     def __init__(self, components: Components, tiers: TierTable | None = None,
-                 cache_agree: Callable[[bool], bool] | None = None, parallel: ParallelContext | None = None):
-        """`cache_agree` turns a rank's local cache decision into the group's (an all-reduce under parallelism);
-        `parallel` makes this engine one rank of a sequence-parallel group (None: the single-process engine)."""
+                 parallel: ParallelContext | None = None):
+        """`parallel` makes this engine one rank of a sequence-parallel group (None: the single-process engine)."""
         self.components = components
-        self.cache_agree = cache_agree
         self.parallel = parallel
         self.tiers = tiers or TierTable.load()
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
@@ -235,7 +233,7 @@ class Engine:
                 fused_on = True
             if tier.cache:
                 measure = self.parallel.relative_change if self.parallel is not None else None
-                cache = FirstBlockCache(tier.cache, plan, self.cache_agree, measure)
+                cache = FirstBlockCache(tier.cache, plan, measure)
                 cache.install(transformer)
             yield _TierControl(runtime, cache), lora_report, runtime
         finally:

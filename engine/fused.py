@@ -106,5 +106,3 @@ def fused_qk_norm_rope(attn, query: torch.Tensor, key: torch.Tensor, rotary_emb)
     cos, sin = rotary_emb if rotary_emb is not None else (None, None)
     return qk_norm_rope(query, key, attn.norm_q.weight, attn.norm_k.weight, _eps(attn.norm_q, query), cos, sin)
 
-
-FUSED_QK_NORM_ROPE = fused_qk_norm_rope

@@ -747,11 +747,6 @@ class LoraAdapter:
     def tier_scale(self) -> float:
         return self.report.tier_scale
 
-    @property
-    def layer_scales(self) -> dict[str, float]:
-        """Module name -> `tier_scale x alpha / rank` for that layer (the report shows the strongest)."""
-        return {d.module: self.tier_scale * d.factor for d in self.deltas}
-
     def set_scale(self, scale: float) -> None:
         """Set the explicit per-tier multiplier; live handles follow at their next forward (merged ones re-merge)."""
         scale = float(scale)

@@ -109,9 +109,3 @@ def probe_mp4(data: bytes | str) -> MediaProbe:
             audio_seconds=audio_seconds,
         )
 
-
-def read_frames(data: bytes | str) -> np.ndarray:
-    """All video frames as uint8 (T, H, W, 3)."""
-    source = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
-    with av.open(source) as container:
-        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])

@@ -255,9 +255,6 @@ class TierPlan:
             return None
         return sparse
 
-    def sparse_step(self, step: int) -> bool:
-        return any(self.sparse_at(step, block) for block in range(self.num_blocks))
-
     def cache_may_skip(self, step: int) -> bool:
         cache = self.tier.cache
         # The last step is never skipped: it sets the final velocity every output pixel depends on.

@@ -164,21 +164,6 @@ def test_cache_hit_log_and_never_skips_last_step(engine):
     assert "hit,hit,hit" not in ",".join(log)
 
 
-def test_cache_decision_is_one_agreed_value_per_step(engine):
-    decisions = []
-
-    def agree(decision: bool) -> bool:
-        decisions.append(decision)
-        return False  # another rank said "compute": every rank must then compute
-
-    agreeing = Engine(engine.components, engine.tiers, cache_agree=agree)
-    overruled = _rows(agreeing, "cache-loose")
-    assert len(decisions) == 20  # one decision per step, taken after block 0
-    assert any(decisions), "the local decision would have skipped"
-    reference = engine.latents({"prompt": PROMPT, "seed": 11, "steps": 20})
-    assert torch.equal(overruled["video_rows"], reference["video_rows"])
-
-
 def test_three_prompt_lengths_in_one_bucket_compile_once(engine):
     # Byte-level tokens: 30, 40 and 50 prompt rows all pad to the same 64-multiple on nano.
     prompts = ["a red circle moves up, slowly.", "a red circle moves up over a black ground",
