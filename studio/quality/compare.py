@@ -56,11 +56,6 @@ class Comparison:
     def frames(self) -> int:
         return len(self.psnr)
 
-    @property
-    def ghost_heatmaps(self) -> np.ndarray:
-        """float32 (T, h, w) in [0, 1], analysis grid."""
-        return self.ghost.heatmaps
-
     def ghost_heatmap(self, index: int) -> np.ndarray:
         """float32 (H, W) in [0, 1]: frame `index`'s ghost heatmap at full resolution."""
         width, height = self.baseline.size
