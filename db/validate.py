@@ -24,6 +24,10 @@ def text(value: Any, field: str, *, max_chars: int = MAX_NAME_CHARS, allow_empty
         raise StoreError(field, "must not be empty")
     if len(cleaned) > max_chars:
         raise StoreError(field, f"must be at most {max_chars} characters")
+    try:  # SQLite stores UTF-8: a lone surrogate (JSON "\\ud800" without its pair) cannot be stored
+        cleaned.encode("utf-8")
+    except UnicodeEncodeError:
+        raise StoreError(field, "must be valid Unicode text: it holds a lone surrogate") from None
     return cleaned
 
 

@@ -16,14 +16,14 @@ import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from db.errors import ClipIntegrityError, Conflict, NotFound, StoreError
@@ -55,36 +55,52 @@ SGLANG_RENAMES = {"steps": "num_inference_steps", "duration_seconds": "target.du
 # ------------------------------------------------------------------------------------------------ bodies
 
 
+def _unicode_text(value: str) -> str:
+    """Refuse a lone surrogate (JSON "\\ud800" without its pair): it is not Unicode text, so it can be neither
+    stored nor sent back as UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text: it holds a lone surrogate (\\ud800-\\udfff without its "
+                         "pair)") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_unicode_text)]
+# Every body is strict: JSON types are taken as sent, no true → 1, "yes" → true or "5" → 5 (an int is still a
+# valid float), so a client never believes a value it sent meant what the server guessed.
+
+
 class Target(BaseModel):
     """The clip's canvas and length."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     short_edge: int | None = Field(None, examples=[768])
-    aspect_ratio: str | None = Field(None, examples=["16:9"])
+    aspect_ratio: Text | None = Field(None, examples=["16:9"])
     duration_seconds: float | None = Field(None, examples=[5])
 
 
 class VideoCreate(BaseModel):
     """SGLang 0.5.23 /v1/videos body for H3 (t2va), plus this studio's optional ``tier`` and ``force``."""
 
-    model_config = ConfigDict(extra="allow")
-    prompt: str
-    task: str = "t2va"
+    model_config = ConfigDict(extra="allow", strict=True)
+    prompt: Text
+    task: Text = "t2va"
     target: Target | None = None
     seed: int | None = None
     num_inference_steps: int | None = Field(None, description="N sigma points = N - 1 transformer forwards (2..101)")
-    tier: str | None = Field(None, description="acceleration tier (GET /v1/tiers); default baseline")
+    tier: Text | None = Field(None, description="acceleration tier (GET /v1/tiers); default baseline")
     force: bool | None = Field(None, description="generate a tier refused for ghosting risk anyway")
-    model: str | None = Field(None, description="accepted for OpenAI-client compatibility; one model is served")
+    model: Text | None = Field(None, description="accepted for OpenAI-client compatibility; one model is served")
 
 
 class PairCreate(BaseModel):
     """A same-seed baseline/candidate pair."""
 
-    model_config = ConfigDict(extra="allow")
-    prompt: str
+    model_config = ConfigDict(extra="allow", strict=True)
+    prompt: Text
     seed: int | None = None
-    tier: str
+    tier: Text
     target: Target | None = None
     force: bool | None = None
     steps: int | None = Field(None, description="candidate denoising steps (transformer forwards)")
@@ -94,26 +110,26 @@ class PairCreate(BaseModel):
 class VerdictCreate(BaseModel):
     """A reviewer's decision. With --auth the reviewer is the signed-in user."""
 
-    model_config = ConfigDict(extra="forbid")
-    reviewer: str | None = None
-    decision: str = Field(examples=["accept", "reject"])
-    reasons: list[str] = Field(default_factory=list)
-    notes: str = ""
-    change_note: str | None = Field(None, description="why: required when correcting your earlier verdict")
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reviewer: Text | None = None
+    decision: Text = Field(examples=["accept", "reject"])
+    reasons: list[Text] = Field(default_factory=list)
+    notes: Text = ""
+    change_note: Text | None = Field(None, description="why: required when correcting your earlier verdict")
 
 
 class VerdictWithdraw(BaseModel):
     """Withdraw your standing verdict on a pair; every version stays in the history."""
 
-    model_config = ConfigDict(extra="forbid")
-    reviewer: str | None = None
-    change_note: str = Field(description="why it is withdrawn")
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reviewer: Text | None = None
+    change_note: Text = Field(description="why it is withdrawn")
 
 
 class RuleUpdate(BaseModel):
     """Admin only: the approval rule's fields to change."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     min_distinct_prompts: int | None = None
     min_reviewers: int | None = None
     max_rejects: int | None = None
@@ -122,8 +138,8 @@ class RuleUpdate(BaseModel):
 class ExportCreate(BaseModel):
     """Pairs to export; empty means every approved pair."""
 
-    model_config = ConfigDict(extra="forbid")
-    pair_ids: list[str] = Field(default_factory=list)
+    model_config = ConfigDict(extra="forbid", strict=True)
+    pair_ids: list[Text] = Field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------------ errors
@@ -133,7 +149,13 @@ class Unauthorized(Exception):
     """Missing or wrong HTTP Basic credentials."""
 
 
+def _utf8_safe(text: str | None) -> str | None:
+    """Text that can be sent as UTF-8: a message may quote a client's lone surrogate, which is escaped here."""
+    return None if text is None else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _error(status: int, message: str, field: str | None, kind: str, headers: dict | None = None) -> JSONResponse:
+    message, field = _utf8_safe(message), _utf8_safe(field)
     body = {"error": {"message": message, "field": field, "type": kind, "param": field}}
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -157,7 +179,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
         first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
         field = _field_from_loc(first.get("loc", ()))
-        return _error(400, f"{first.get('msg', 'invalid value')}", field, "invalid_request_error")
+        message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        return _error(400, message, field, "invalid_request_error")
 
     @app.exception_handler(QueueFull)
     async def queue_full(_: Request, error: QueueFull) -> JSONResponse:

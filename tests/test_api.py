@@ -290,9 +290,43 @@ def test_baseline_is_reused_not_regenerated(studio, reviewed):
     ("get", "/v1/tiers?duration=abc", None, 400, "duration"),
     ("post", "/v1/exports", {"pair_ids": ["pair_nope"]}, 404, "pair_ids"),
     ("post", "/v1/exports", {"pairs": []}, 400, "pairs"),
+    # A lone surrogate (JSON "\\ud800" without its pair) in any text field (issue 19 #4: was a 500).
+    ("post", "/v1/videos", {"prompt": "a kite \ud800"}, 400, "prompt"),
+    ("post", "/v1/videos", {"prompt": "x", "tier": "\udfff"}, 400, "tier"),
+    ("post", "/v1/videos", {"prompt": "x", "target": {"aspect_ratio": "16:9\ud800"}}, 400, "target.aspect_ratio"),
+    ("post", "/v1/videos", {"prompt": "x", "\ud800": 1}, 400, "body"),  # the key itself is not text
+    ("post", "/v1/pairs", {"prompt": "\ud800", "tier": "turbo"}, 400, "prompt"),
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "r\ud800", "decision": "accept"}, 400, "reviewer"),
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "r", "decision": "accept", "notes": "\udc00"}, 400,
+     "notes"),
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "r", "decision": "reject", "reasons": ["\ud800"]}, 400,
+     "reasons.0"),
+    ("post", "/v1/pairs/pair_nope/verdicts/withdraw", {"reviewer": "r", "change_note": "\ud800"}, 400,
+     "change_note"),
+    ("post", "/v1/exports", {"pair_ids": ["pair_\ud800"]}, 400, "pair_ids.0"),
+    # JSON types are taken as sent: no bool → int, "yes" → true or number-as-string coercion (issue 19 #11).
+    ("post", "/v1/videos", {"prompt": "x", "seed": True}, 400, "seed"),
+    ("post", "/v1/videos", {"prompt": "x", "seed": "7"}, 400, "seed"),
+    ("post", "/v1/videos", {"prompt": "x", "seed": 7.0}, 400, "seed"),
+    ("post", "/v1/videos", {"prompt": "x", "force": "yes"}, 400, "force"),
+    ("post", "/v1/videos", {"prompt": "x", "force": 1}, 400, "force"),
+    ("post", "/v1/videos", {"prompt": "x", "num_inference_steps": "10"}, 400, "num_inference_steps"),
+    ("post", "/v1/videos", {"prompt": "x", "target": {"short_edge": "32"}}, 400, "target.short_edge"),
+    ("post", "/v1/videos", {"prompt": "x", "target": {"duration_seconds": "5"}}, 400, "target.duration_seconds"),
+    ("post", "/v1/videos", {"prompt": "x", "target": {"duration_seconds": True}}, 400, "target.duration_seconds"),
+    ("post", "/v1/videos", {"prompt": 5}, 400, "prompt"),
+    ("post", "/v1/pairs", {"prompt": "x", "tier": "turbo", "force": "yes"}, 400, "force"),
+    ("post", "/v1/pairs", {"prompt": "x", "tier": "turbo", "steps": "2"}, 400, "steps"),
+    ("post", "/v1/pairs", {"prompt": "x", "tier": "turbo", "baseline_steps": True}, 400, "baseline_steps"),
+    ("post", "/v1/pairs", {"prompt": "x", "tier": "turbo", "seed": False}, 400, "seed"),
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": 7, "decision": "accept"}, 400, "reviewer"),
+    ("put", "/v1/approval-rule", {"min_reviewers": "2"}, 400, "min_reviewers"),
+    ("put", "/v1/approval-rule", {"max_rejects": True}, 400, "max_rejects"),
 ])
 def test_bad_requests_name_the_field(studio, method, url, body, status, field):
-    response = getattr(studio.client, method)(url, **({"json": body} if body is not None else {}))
+    # json.dumps escapes a lone surrogate as \ud800, as a JSON client sends it (httpx's own encoder cannot).
+    sent = {} if body is None else {"content": json.dumps(body), "headers": {"content-type": "application/json"}}
+    response = getattr(studio.client, method)(url, **sent)
     assert response.status_code == status, response.json()
     error = error_of(response)
     assert error["field"] == field and error["message"]

@@ -385,6 +385,8 @@ def test_verdict_validation_names_the_field(store: Store) -> None:
         (dict(reasons=["too slow"]), StoreError, "reasons", ", ".join(REASONS)),
         (dict(reasons="blur"), StoreError, "reasons", "colour shift"),
         (dict(reviewer="  "), StoreError, "reviewer", "empty"),
+        (dict(reviewer="ana\ud800"), StoreError, "reviewer", "lone surrogate"),  # was an encode error (a 500)
+        (dict(notes="\udc00"), StoreError, "notes", "lone surrogate"),
         (dict(pair_id="pair_missing"), NotFound, "pair_id", "pair_missing"),
         (dict(pair_id=queued.id), Conflict, "pair_id", "completed"),
     ]
@@ -395,6 +397,13 @@ def test_verdict_validation_names_the_field(store: Store) -> None:
         assert isinstance(err.value, ValueError)
         assert err.value.field == field and text in err.value.message
     assert row_counts(store)["verdicts"] == 0
+
+
+def test_a_prompt_with_a_lone_surrogate_is_refused_naming_it(store: Store) -> None:
+    with pytest.raises(StoreError) as err:
+        store.create_pair("a fox \ud800", 1, "fast", FAST_TIER, target(), MODEL)
+    assert err.value.field == "prompt" and "lone surrogate" in err.value.message
+    assert row_counts(store)["pairs"] == 0
 
 
 def test_twenty_threads_posting_verdicts_store_each_exactly_once(tmp_path: Path) -> None:
