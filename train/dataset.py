@@ -50,7 +50,12 @@ BACKGROUNDS = {
     "textured": None,  # a fixed checkerboard, see `_background`
 }
 TEXTURE_COLOURS = ((0.34, 0.27, 0.18), (0.20, 0.16, 0.11))
-TEXTURE_CELL = 16
+# One cell per transformer token (x16 VAE, 2x2 patches): the 16 px cells of run 1 made the VAE lose the shape on
+# "textured" clips (h3-facts section 11).
+TEXTURE_CELL = 32
+# Shape size: radius 20-24 px spans about 1.5 transformer tokens of 32x32 px; at 14-18 px (run 1) a shape was about
+# one token and decoded as a blob whose colour the VAE mixed with the background.
+RADIUS_RANGE = (20.0, 24.0)
 
 # (colour, shape, motion) triples never shown in training, with every background. Each colour, shape and motion
 # still appears in training with other partners, so naming one of these asks the model to compose.
@@ -150,7 +155,7 @@ def content_tuples(split: str) -> list[tuple[str, str, str, str]]:
 
 def _nuisance(rng: np.random.Generator, motion: str) -> dict:
     """Size, path and bounce timing for one clip; paths stay inside the canvas with a margin."""
-    radius = float(rng.uniform(14.0, 18.0))
+    radius = float(rng.uniform(*RADIUS_RANGE))
     margin = radius + 6.0
     if motion in ("left to right", "right to left"):
         xa, xb = rng.uniform(margin, margin + 30.0), rng.uniform(WIDTH - margin - 30.0, WIDTH - margin)

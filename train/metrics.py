@@ -2,13 +2,15 @@
 
 - `track(frames)`: a simple tracker. The background is the per-pixel temporal median (the shape moves, so it is
   absent from most frames at any pixel); the shape is where a frame departs from it. Returns the shape's colour
-  (nearest vocabulary colour), its centre per frame and the motion it follows.
+  (nearest vocabulary colour), its kind (circle, square or triangle, by how much of its bounding box it fills), its
+  centre per frame and the motion it follows.
 - `ssim(a, b)`: mean structural similarity of two clips (Gaussian window 11, sigma 1.5, per RGB channel, averaged
   over channels and frames), the usual Wang et al. definition on [0, 1] values.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +30,7 @@ BOUNCE_AMPLITUDE = 12.0  # px: a y reversal counts only after moving this far ba
 class Track:
     colour: str | None
     motion: str | None
+    shape: str | None
     xs: np.ndarray  # (T,) NaN where nothing was found
     ys: np.ndarray
     found: float  # fraction of frames with a detection
@@ -36,7 +39,7 @@ class Track:
     reversals: int
 
     def to_dict(self) -> dict:
-        return {"colour": self.colour, "motion": self.motion, "found": round(self.found, 3),
+        return {"colour": self.colour, "motion": self.motion, "shape": self.shape, "found": round(self.found, 3),
                 "net_dx": round(self.net_dx, 1), "net_dy": round(self.net_dy, 1), "reversals": self.reversals}
 
 
@@ -85,27 +88,82 @@ def nearest_colour(rgb: np.ndarray) -> str:
     return names[int(np.argmin(((table - rgb[None]) ** 2).sum(1)))]
 
 
+# Area of each shape over the area of its bounding box: a circle fills pi/4 of it, a square all of it and an
+# upward equilateral triangle half of it. A blurred or soft-edged decode lowers every ratio a little, so the class is
+# the nearest of these after the same threshold the tracker uses.
+FILL_RATIOS = {"circle": math.pi / 4, "square": 1.0, "triangle": 0.5}
+
+
+def classify_shape(masks: list[np.ndarray]) -> str | None:
+    """Nearest shape by the median fill ratio (mask pixels / bounding-box pixels) over frames where the whole shape
+    is visible (its box does not touch the canvas edge)."""
+    ratios = []
+    for mask in masks:
+        ys, xs = np.nonzero(mask)
+        if len(ys) < MIN_PIXELS:
+            continue
+        top, bottom, left, right = ys.min(), ys.max(), xs.min(), xs.max()
+        if top == 0 or left == 0 or bottom == mask.shape[0] - 1 or right == mask.shape[1] - 1:
+            continue
+        ratios.append(len(ys) / ((bottom - top + 1) * (right - left + 1)))
+    if not ratios:
+        return None
+    ratio = float(np.median(ratios))
+    return min(FILL_RATIOS, key=lambda name: abs(FILL_RATIOS[name] - ratio))
+
+
 def track(frames: np.ndarray) -> Track:
-    """Track the one moving shape of a clip. `frames`: (T, H, W, 3) uint8 or float in [0, 1]."""
+    """Track the one moving shape of a clip. `frames`: (T, H, W, 3) uint8 or float in [0, 1].
+
+    Two passes: the temporal-median background finds the shape's colour (the median colour of the interiors of the
+    pixels that depart from it); then each frame's shape is the largest region near that colour, which gives the
+    centre and the fill ratio. The median alone cuts a shape that stays on some pixels for most of the clip (a
+    slow or vertical motion of a large shape), which biased centres and read circles as triangles.
+    """
     video = frames.astype(np.float32) / (255.0 if frames.dtype == np.uint8 else 1.0)
     background = np.median(video, axis=0)
     diff = np.abs(video - background[None]).sum(-1)
+    colours = []
+    for d, frame in zip(diff, video):
+        mask = d > DIFF_THRESHOLD
+        if mask.sum() >= MIN_PIXELS:
+            core = d >= np.quantile(d[mask], 0.5)  # the shape's interior, not its blurred edge
+            colours.append(np.median(frame[core & mask], axis=0))
     xs = np.full(len(video), np.nan)
     ys = np.full(len(video), np.nan)
-    colours = []
-    grid_y, grid_x = np.mgrid[0:video.shape[1], 0:video.shape[2]]
-    for i, d in enumerate(diff):
-        mask = d > DIFF_THRESHOLD
-        if mask.sum() < MIN_PIXELS:
-            continue
-        weight = d * mask
-        xs[i] = (grid_x * weight).sum() / weight.sum() + 0.5
-        ys[i] = (grid_y * weight).sum() / weight.sum() + 0.5
-        core = d >= np.quantile(d[mask], 0.5)  # the shape's interior, not its blurred edge
-        colours.append(np.median(video[i][core & mask], axis=0))
+    if not colours:
+        return Track(None, None, None, xs, ys, 0.0, 0.0, 0.0, 0)
+    rgb = np.median(np.array(colours), axis=0)
+    masks = _colour_masks(video, rgb)
+    inside = [frame[mask] for frame, mask in zip(video, masks) if mask is not None]
+    if inside:  # refine: the interior pixels' median, no longer mixed with the first pass's edge pixels
+        rgb = np.median(np.concatenate(inside), axis=0)
+        masks = _colour_masks(video, rgb)
+    for i, mask in enumerate(masks):
+        if mask is not None:
+            ys[i], xs[i] = (c.mean() + 0.5 for c in np.nonzero(mask))
     motion, dx, dy, reversals = classify_motion(xs, ys)
-    colour = nearest_colour(np.median(np.array(colours), axis=0)) if colours else None
-    return Track(colour, motion, xs, ys, float((~np.isnan(xs)).mean()), dx, dy, reversals)
+    shape = classify_shape([m for m in masks if m is not None])
+    return Track(nearest_colour(rgb), motion, shape, xs, ys, float((~np.isnan(xs)).mean()), dx, dy, reversals)
+
+
+def _colour_masks(video: np.ndarray, colour: np.ndarray) -> list[np.ndarray | None]:
+    """Per frame, the largest connected region of pixels nearer `colour` than the frame's background (its spatial
+    median colour); None where that region is under MIN_PIXELS."""
+    from scipy import ndimage
+
+    masks = []
+    for frame in video:
+        background = np.median(frame.reshape(-1, 3), axis=0)
+        near = np.abs(frame - colour).sum(-1) < np.abs(frame - background).sum(-1)
+        labels, count = ndimage.label(near)
+        mask = None
+        if count:
+            sizes = ndimage.sum(near, labels, index=range(1, count + 1))
+            if sizes.max() >= MIN_PIXELS:
+                mask = labels == 1 + int(np.argmax(sizes))
+        masks.append(mask)
+    return masks
 
 
 def _gaussian_window(size: int = 11, sigma: float = 1.5) -> torch.Tensor:

@@ -20,12 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "data" / "nano_train" / "caption_embeds.pt"
 
 
-def build_table(captions: list[str]) -> dict:
-    """{"captions", "embeds" (N, Lmax, D) float16 zero-padded, "lengths" (N,)} from the embedded nano encoder."""
+def build_table(captions: list[str], model: Path | None = None) -> dict:
+    """{"captions", "embeds" (N, Lmax, D) float16 zero-padded, "lengths" (N,)} from the nano encoder in `model`
+    (default: the embedded nano)."""
     from engine.components import load_components
     from engine.stages import encode_text
 
-    components = load_components(device="cpu")
+    components = load_components(model, device="cpu")
     encoded = [encode_text(components, text)[0] for text in captions]
     lengths = torch.tensor([e.shape[0] for e in encoded])
     table = torch.zeros(len(encoded), int(lengths.max()), encoded[0].shape[-1], dtype=torch.float16)
@@ -41,10 +42,11 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--model", type=Path, default=None, help="model folder whose tokenizer and text encoder to use")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.time()
-    table = build_table(all_captions())
+    table = build_table(all_captions(), args.model)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(table, args.out)
     print(f"{len(table['captions'])} captions, max {int(table['lengths'].max())} tokens, "

@@ -125,11 +125,23 @@ def to_vae_space(video: torch.Tensor) -> torch.Tensor:
     return ((video - mean) / std).permute(0, 4, 1, 2, 3)
 
 
-def from_vae_space(x: torch.Tensor) -> torch.Tensor:
-    """Decoder output → (B, T, H, W, 3) in [0, 1], as the engine's decode_video does."""
+def from_vae_space(x: torch.Tensor, clamp: bool = True) -> torch.Tensor:
+    """Decoder output → (B, T, H, W, 3) in [0, 1], as the engine's decode_video does (unclamped for losses)."""
     mean = torch.tensor(PIXEL_MEAN, device=x.device).view(1, 3, 1, 1, 1)
     std = torch.tensor(PIXEL_STD, device=x.device).view(1, 3, 1, 1, 1)
-    return (x.float() * std + mean).clamp(0, 1).permute(0, 2, 3, 4, 1)
+    rgb = x.float() * std + mean
+    return (rgb.clamp(0, 1) if clamp else rgb).permute(0, 2, 3, 4, 1)
+
+
+def shape_colour_error(recon: torch.Tensor, video: torch.Tensor, coverage: torch.Tensor) -> torch.Tensor:
+    """L1 between the coverage-weighted mean RGB of the shape in the reconstruction and in the input, per frame.
+
+    recon, video: (B, T, H, W, 3) in [0, 1]; coverage: (B, T, H, W). Run 1's VAE read red as green and purple as
+    blue: a pixel loss averaged over a frame where the shape is ~5% of the pixels barely sees the shape's hue.
+    """
+    w = coverage[..., None]
+    area = w.sum(dim=(2, 3)).clamp_min(1.0)
+    return ((recon * w).sum(dim=(2, 3)) / area - (video * w).sum(dim=(2, 3)) / area).abs().mean()
 
 
 def gaussian_kl(mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
@@ -180,13 +192,15 @@ def train_video_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
                                                             generator=generator)
             recon = vae.decode(z).sample
         loss_rec = (weight * (recon.float() - x).abs()).mean()
-        loss = loss_rec + args.vae_kl * gaussian_kl(posterior.mean.float(), posterior.logvar.float())
+        loss_colour = shape_colour_error(from_vae_space(recon, clamp=False), video, coverage)
+        loss = loss_rec + args.colour_weight * loss_colour + args.vae_kl * gaussian_kl(posterior.mean.float(),
+                                                                                        posterior.logvar.float())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
         optimizer.step()
         if step % 25 == 0:
-            losses.append([step, round(time.time() - begin, 2), loss_rec.item()])
+            losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_colour.item()])
         step += 1
     vae.eval()
     mean, std = latent_stats(run, vae)
@@ -574,11 +588,14 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out" / "nano_train")))
     p.add_argument("--resume", default=None, help="folder with checkpoints from an earlier run")
-    p.add_argument("--continue-phases", action="store_true",
-                   help="re-trained VAE phases start from the --resume checkpoint (the transformer always does)")
+    p.add_argument("--continue-phases", nargs="?", const="video_vae,audio_vae", default="",
+                   help="re-trained VAE phases (all, or the comma list given) start from the --resume checkpoint "
+                        "instead of from scratch (the transformer always continues)")
     p.add_argument("--mirror", default=None, help="also copy each checkpoint here (e.g. /tmp/nano_ckpt)")
     p.add_argument("--phases", default=",".join(PHASES))
     p.add_argument("--text-table", default=str(ROOT / "data" / "nano_train" / "caption_embeds.pt"))
+    p.add_argument("--wait-text-table", type=float, default=0.0,
+                   help="seconds to wait for --text-table to appear (a text-encoder run writing it in parallel)")
     p.add_argument("--device", default=None)
     p.add_argument("--budget", type=float, default=280.0, help="wall seconds for the whole run")
     p.add_argument("--max-steps", type=int, default=10**9)
@@ -587,6 +604,7 @@ def parse_args(argv=None):
     p.add_argument("--vae-lr", type=float, default=2e-3)
     p.add_argument("--vae-kl", type=float, default=1e-4)
     p.add_argument("--shape-weight", type=float, default=8.0)
+    p.add_argument("--colour-weight", type=float, default=4.0, help="weight of the shape's mean-colour L1")
     p.add_argument("--audio-seconds", type=float, default=20)
     p.add_argument("--audio-batch", type=int, default=16)
     p.add_argument("--audio-lr", type=float, default=2e-3)
@@ -645,7 +663,8 @@ def main(argv=None) -> None:
     def init_for(key: str) -> Path | None:
         """With --continue-phases, a re-trained phase starts from its resume checkpoint instead of from scratch."""
         path = resume / FILES[key] if resume else None
-        return path if args.continue_phases and path is not None and path.is_file() else None
+        wanted = key in args.continue_phases.split(",")
+        return path if wanted and path is not None and path.is_file() else None
 
     vae = vae or train_video_vae(run, init_for("video_vae"))
     audio_vae = None if "audio_vae" in phases else resumed(
@@ -665,7 +684,13 @@ def main(argv=None) -> None:
         save_weights(audio_vae, run.out / FILES["audio_vae"], dtype=torch.float32)
         run.mirror(FILES["audio_vae"])
 
-    text = TextTable(Path(args.text_table), run.device)
+    table = Path(args.text_table)
+    waited = time.time()
+    while not table.is_file() and time.time() - waited < args.wait_text_table:
+        time.sleep(2)  # written by train/text_conditioning.py running beside this process
+    if args.wait_text_table:
+        run.note("text_table", path=str(table), waited_s=round(time.time() - waited, 1))
+    text = TextTable(table, run.device)
     data = build_latent_dataset(run, vae, audio_vae)
     base = MiniMaxH3Transformer3DModel(**configs.TRANSFORMER).to(run.device)
     loaded = resumed("dit", base)
