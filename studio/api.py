@@ -30,6 +30,7 @@ from db.errors import ClipIntegrityError, Conflict, NotFound, StoreError
 from engine.errors import RequestError
 from engine.request import REFUSED_FIELDS
 from studio.auth import Accounts
+from studio.guard import RequestGuard, basic_credentials, public_health
 from studio.jobs import QueueFull
 from studio.roles import OPEN, Actor, Forbidden
 from studio.service import PairView, ServiceUnavailable, StudioService, VideoView
@@ -486,10 +487,14 @@ def create_app(service: StudioService, accounts: Accounts | None = None,
     app = FastAPI(title="H3 Review Studio", version="1", lifespan=lifespan,
                   description="SGLang-compatible /v1/videos plus same-seed pairs, review, approval and export.")
     install_error_handlers(app)
+    app.add_middleware(RequestGuard, accounts=accounts)  # body limit, credentials before the body, throttling
 
     @app.get("/health", tags=["health"], summary="200 once the engine is loaded, 503 while it loads")
-    def health() -> JSONResponse:
+    def health(request: Request) -> JSONResponse:
         status = service.health()
+        credentials = basic_credentials(dict(request.scope["headers"]))
+        if accounts is not None and not (credentials and accounts.check(*credentials)):
+            status = public_health(status)  # with --auth, job ids and servers only for signed-in callers
         return JSONResponse(status, status_code=200 if status["status"] == "ok" else 503)
 
     @app.get("/models", tags=["health"], summary="The served model, in SGLang's /models shape")

@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from studio.api import create_app
-from studio.auth import AuthFileError, load_accounts
+from studio.auth import Accounts, AuthFileError, load_accounts
 from studio.service import QUALITY_UNAVAILABLE, StudioService
 
 TIMEOUT_S = 180
@@ -437,6 +437,17 @@ def test_auth_protects_rest_and_names_the_reviewer(tmp_path, studio, reviewed):
     (tmp_path / "broken.txt").write_text("nocolon\n")
     with pytest.raises(AuthFileError, match="line 1"):
         load_accounts(tmp_path / "broken.txt")
+
+
+def test_health_shows_job_ids_only_to_signed_in_callers(studio):
+    accounts = Accounts({"alice": "wonder"})
+    with TestClient(create_app(studio.service, accounts=accounts, close_on_shutdown=False)) as client:
+        public = client.get("/health").json()
+        assert public["status"] == "ok" and public["model_id"]
+        assert set(public["queue"]) == {"running", "queued", "max_queued"}  # counts, not ids
+        assert all(isinstance(value, int) for value in public["queue"].values()), public["queue"]
+        signed_in = client.get("/health", auth=("alice", "wonder")).json()
+        assert isinstance(signed_in["queue"]["queued"], list)
 
 
 def test_app_refuses_a_bad_auth_file(tmp_path, capsys):
