@@ -291,37 +291,38 @@ def kv_bytes(S, video_start, n_video_tiles, k_keep, tile=64):
 @guarded("attention_sparse")
 def bench_sparse(S, keep=0.1, sweep_configs=True):
     from kernels import block_sparse_attn as bsa
+    from kernels import tile_select as sel
 
     bucket = -(-S // 64) * 64
     video_start, _ = layout(S)
     q, k, v = (torch.randn(1, bucket, H, D, device="cuda").bfloat16() for _ in range(3))
-    ti = bsa.select_tiles(q, k, video_start, S, keep)
+    ti = sel.select_tiles(q, k, video_start, S, keep)
     r = {"bucket": bucket, "video_start": video_start, "keep": keep, "k_keep": ti.shape[-1],
          "n_video_tiles": ti.shape[2]}
-    r["select_ms_default_configs"] = timed(lambda: bsa.select_tiles(q, k, video_start, S, keep))
+    r["select_ms_default_configs"] = timed(lambda: sel.select_tiles(q, k, video_start, S, keep))
     # selection breakdown: pooling kernel, score product (Triton; cuBLAS for comparison), top-k (kernel applies the
     # scale; torch top-k + sort for comparison)
     n_keep = ti.shape[-1]
     scale = 1.0 / math.sqrt(D)
-    qm, km = bsa._tile_means_triton(q, k, video_start, S, 64)
-    sc = bsa._scores_triton(qm, km)
+    qm, km = sel._tile_means_triton(q, k, video_start, S, 64)
+    sc = sel._scores_triton(qm, km)
     tk = torch.topk(sc, n_keep, dim=-1, sorted=False).indices
     if sweep_configs:
-        r["pool_sweep"] = sweep_config(bsa.POOL_CONFIG, ("HB", "RB", "num_warps"), POOL_CONFIGS,
-                                       lambda: bsa._tile_means_triton(q, k, video_start, S, 64))
-        r["scores_sweep"] = sweep_config(bsa.SCORES_CONFIG, ("BM", "BN", "num_warps"), SCORES_CONFIGS,
-                                         lambda: bsa._scores_triton(qm, km))
-        r["topk_sweep"] = sweep_config(bsa.TOPK_CONFIG, ("num_warps",), TOPK_CONFIGS,
-                                       lambda: bsa._topk_triton(sc, n_keep, scale))
+        r["pool_sweep"] = sweep_config(sel.POOL_CONFIG, ("HB", "RB", "num_warps"), POOL_CONFIGS,
+                                       lambda: sel._tile_means_triton(q, k, video_start, S, 64))
+        r["scores_sweep"] = sweep_config(sel.SCORES_CONFIG, ("BM", "BN", "num_warps"), SCORES_CONFIGS,
+                                         lambda: sel._scores_triton(qm, km))
+        r["topk_sweep"] = sweep_config(sel.TOPK_CONFIG, ("num_warps",), TOPK_CONFIGS,
+                                       lambda: sel._topk_triton(sc, n_keep, scale))
     r["select_parts_ms"] = {
-        "pool": timed(lambda: bsa._tile_means_triton(q, k, video_start, S, 64)),
-        "scores_triton": timed(lambda: bsa._scores_triton(qm, km)),
+        "pool": timed(lambda: sel._tile_means_triton(q, k, video_start, S, 64)),
+        "scores_triton": timed(lambda: sel._scores_triton(qm, km)),
         "scores_torch": timed(lambda: torch.matmul(qm, km.transpose(-1, -2))),
-        "topk_triton_scaled": timed(lambda: bsa._topk_triton(sc, n_keep, scale)),
+        "topk_triton_scaled": timed(lambda: sel._topk_triton(sc, n_keep, scale)),
         "topk_torch": timed(lambda: torch.topk(sc, n_keep, dim=-1, sorted=False)),
         "sort": timed(lambda: torch.sort(tk, dim=-1)),
     }
-    r["select_ms"] = timed(lambda: bsa.select_tiles(q, k, video_start, S, keep))  # with the chosen configs
+    r["select_ms"] = timed(lambda: sel.select_tiles(q, k, video_start, S, keep))  # with the chosen configs
     configs = ATTN_CONFIGS if sweep_configs else [None]
     sweep, named = {}, {}
     out = torch.empty_like(q)
@@ -371,7 +372,7 @@ def bench_sparse(S, keep=0.1, sweep_configs=True):
 def bench_flex(S, keep=0.1):
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-    from kernels import block_sparse_attn as bsa
+    from kernels import tile_select as sel
 
     QB = S // 64
     video_start, _ = layout(S)
@@ -379,7 +380,7 @@ def bench_flex(S, keep=0.1):
     q, k, v = (torch.randn(1, H, S, D, device="cuda").bfloat16() for _ in range(3))
     # Same density as ours: sink blocks + top ceil(keep * video blocks) video blocks per video query block.
     qs = q.transpose(1, 2)
-    ti = bsa.select_tiles(qs, k.transpose(1, 2), n_sink_blk * 64, S, keep) + n_sink_blk
+    ti = sel.select_tiles(qs, k.transpose(1, 2), n_sink_blk * 64, S, keep) + n_sink_blk
     kk = ti.shape[-1]
     full_num = torch.full((1, H, QB), n_sink_blk + kk, dtype=torch.int32, device="cuda")
     full_num[:, :, :n_sink_blk] = QB
@@ -510,12 +511,12 @@ def main(argv=None):
             bench_block(S)
             save(args.out)
         torch.cuda.empty_cache()
-    from kernels import block_sparse_attn, norm_modulate, qk_norm_rope, residual_gate
+    from kernels import block_sparse_attn, norm_modulate, qk_norm_rope, residual_gate, tile_select
 
     RESULTS["chosen_configs"] = {"norm_modulate": norm_modulate.CONFIG, "qk_norm_rope": qk_norm_rope.CONFIG,
                                  "residual_gate": residual_gate.CONFIG, "block_sparse_attn": block_sparse_attn.CONFIG,
-                                 "topk": block_sparse_attn.TOPK_CONFIG, "pool": block_sparse_attn.POOL_CONFIG,
-                                 "scores": block_sparse_attn.SCORES_CONFIG}
+                                 "topk": tile_select.TOPK_CONFIG, "pool": tile_select.POOL_CONFIG,
+                                 "scores": tile_select.SCORES_CONFIG}
     save(args.out)
     log("done")
 

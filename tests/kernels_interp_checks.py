@@ -21,6 +21,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from kernels import block_sparse_attn as bsa  # noqa: E402
+from kernels import tile_select as sel  # noqa: E402
 from kernels.norm_modulate import norm_modulate, norm_modulate_reference  # noqa: E402
 from kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_reference  # noqa: E402
 from kernels.residual_gate import residual_gate, residual_gate_, residual_gate_reference  # noqa: E402
@@ -140,12 +141,12 @@ def _():
     out = []
     for S, vs, vl, keep in ((300, 20, 270, 0.3), (256, 0, 256, 0.5), (200, 37, 199, 0.1)):
         q, k, _ = layout(S, vs, vl)
-        got = bsa.select_tiles(q, k, vs, vl, keep, tile=16)
-        n = bsa.num_video_tiles(vs, vl, 16)
-        assert got.shape == (1, 2, n, bsa.num_keep_tiles(n, keep)) and got.dtype == torch.long
+        got = sel.select_tiles(q, k, vs, vl, keep, tile=16)
+        n = sel.num_video_tiles(vs, vl, 16)
+        assert got.shape == (1, 2, n, sel.num_keep_tiles(n, keep)) and got.dtype == torch.long
         # exact against torch's top-k of the Triton score product (its own fp32 rounding)
-        qm, km = bsa._tile_means_triton(q, k, vs, vl, 16)
-        raw = bsa._scores_triton(qm, km)
+        qm, km = sel._tile_means_triton(q, k, vs, vl, 16)
+        raw = sel._scores_triton(qm, km)
         assert (raw - qm @ km.transpose(-1, -2)).abs().max() < 1e-5
         ref = torch.sort(torch.topk(raw * (1 / math.sqrt(q.shape[-1])), got.shape[-1], -1).indices, -1).values
         assert torch.equal(got, ref), "selection differs from reference"
@@ -166,25 +167,25 @@ def _():
     for n, k_ in ((583, 59), (1607, 161), (20, 3), (16, 16), (17, 16), (7, 1), (100, 37), (3, 2), (640, 64),
                   (40, 5), (700, 70)):
         sc = fresh(2, 3, 5, n)
-        got = bsa._topk_triton(sc, k_)
+        got = sel._topk_triton(sc, k_)
         ref = torch.sort(torch.topk(sc, k_, dim=-1).indices, -1).values
         assert torch.equal(got, ref), (n, k_)
         scale = 1 / math.sqrt(128)  # the kernel's own scaling rounds as torch's does
-        got = bsa._topk_triton(sc, k_, scale)
+        got = sel._topk_triton(sc, k_, scale)
         ref = torch.sort(torch.topk(sc * scale, k_, dim=-1).indices, -1).values
         assert torch.equal(got, ref), (n, k_, "scaled")
     # ties at the threshold (all 32 rounds run, then the tie path) are taken in index order; -0.0 ties +0.0
     tie = torch.zeros(1, 1, 2, 10)
     tie[..., 3] = 1.0
     tie[..., 7] = -1.0
-    assert bsa._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]]
-    assert bsa._topk_triton(-tie, 5).tolist() == [[[[0, 1, 2, 4, 7]] * 2]]
+    assert sel._topk_triton(tie, 4).tolist() == [[[[0, 1, 2, 3]] * 2]]
+    assert sel._topk_triton(-tie, 5).tolist() == [[[[0, 1, 2, 4, 7]] * 2]]
     # n = 40 is held as 32 + 16 lanes: the tied keys run on into the second part
     tie = torch.zeros(1, 40)
     tie[0, 38], tie[0, 2] = 1.0, -1.0
-    assert bsa._topk_blocks(40) == (32, 16, True)
-    assert bsa._topk_triton(tie, 38).tolist() == [[0, 1] + list(range(3, 39))]
-    assert bsa._topk_triton(tie, 39).tolist() == [[0, 1] + list(range(3, 40))]
+    assert sel._topk_blocks(40) == (32, 16, True)
+    assert sel._topk_triton(tie, 38).tolist() == [[0, 1] + list(range(3, 39))]
+    assert sel._topk_triton(tie, 39).tolist() == [[0, 1] + list(range(3, 40))]
     return "exact"
 
 
@@ -218,7 +219,7 @@ def _():
     for S, vs, vl, keep, dtype, tol, kv_tiles, impl in cases:
         bsa.CONFIG.update(kv_tiles=kv_tiles, impl=impl)
         q, k, v = layout(S, vs, vl, dtype=dtype)
-        ti = bsa.select_tiles_reference(q, k, vs, vl, keep, 16)
+        ti = sel.select_tiles_reference(q, k, vs, vl, keep, 16)
         o = torch.full_like(q, float("nan"))  # poison: every element must be written
         bsa._launch_attention(q, k, v, o, vs, vl, 16, ti)
         ref = bsa.block_sparse_attention_reference(q.double(), k.double(), v.double(), video_start=vs,
@@ -240,7 +241,7 @@ def _():
     outs = []
     for S in (208, 256):
         pad = lambda t: torch.cat([t, torch.full((1, S - vl) + t.shape[2:], 1e4)], 1)  # noqa: E731
-        ti = bsa.select_tiles(pad(q), pad(k), vs, vl, 0.3, 16)
+        ti = sel.select_tiles(pad(q), pad(k), vs, vl, 0.3, 16)
         o = bsa.block_sparse_attention(pad(q), pad(k), pad(v), video_start=vs, valid_len=vl, keep_ratio=0.3,
                                        tile=16, tile_indices=ti)
         assert (o[:, vl:] == 0).all()

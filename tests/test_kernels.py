@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import block_sparse_attn as bsa
+from kernels import tile_select as sel
 from kernels._common import use_triton
 from kernels.norm_modulate import norm_modulate, norm_modulate_reference
 from kernels.qk_norm_rope import qk_norm_rope_reference
@@ -110,7 +111,7 @@ def test_attention_reference_semantics_brute_force():
     # Independent check of the mask: per query row, softmax over exactly the allowed keys.
     S, vs, vl, tile, keep = 150, 10, 140, 16, 0.3
     q, k, v = (torch.randn(1, S, 2, 16, dtype=torch.float64) for _ in range(3))
-    ti = bsa.select_tiles_reference(q, k, vs, vl, keep, tile)
+    ti = sel.select_tiles_reference(q, k, vs, vl, keep, tile)
     out = bsa.block_sparse_attention_reference(q, k, v, video_start=vs, valid_len=vl, keep_ratio=keep, tile=tile,
                                                tile_indices=ti)
     for h in range(2):
@@ -131,17 +132,17 @@ def test_attention_reference_semantics_brute_force():
 
 def test_select_tiles_shape_and_keep():
     q, k = torch.randn(1, 64 * 10 + 30, 2, 32), torch.randn(1, 64 * 10 + 30, 2, 32)
-    ti = bsa.select_tiles(q, k, 30, 64 * 10 + 30, 0.1)
+    ti = sel.select_tiles(q, k, 30, 64 * 10 + 30, 0.1)
     assert ti.shape == (1, 2, 10, 1) and ti.dtype == torch.long
-    ti = bsa.select_tiles(q, k, 30, 64 * 10 + 30, 0.25)
+    ti = sel.select_tiles(q, k, 30, 64 * 10 + 30, 0.25)
     assert ti.shape == (1, 2, 10, 3)
-    assert bsa.num_keep_tiles(583, 0.1) == 59
+    assert sel.num_keep_tiles(583, 0.1) == 59
 
 
 def test_strict_mode_raises_instead_of_dense(monkeypatch):
     q = torch.randn(1, 128, 2, 32)
-    monkeypatch.setattr(bsa, "_triton_path", lambda x: True)  # pretend these are GPU tensors
-    monkeypatch.setattr(bsa, "HAS_TRITON", False)  # ... on a machine whose Triton cannot run
+    monkeypatch.setattr(bsa, "triton_path", lambda x: True)  # pretend these are GPU tensors
+    monkeypatch.setattr(sel, "HAS_TRITON", False)  # ... on a machine whose Triton cannot run
     with pytest.raises(bsa.KernelUnavailable):
         bsa.block_sparse_attention(q, q, q, video_start=10, valid_len=128, keep_ratio=0.1)
     with pytest.raises(bsa.KernelUnavailable):
@@ -164,7 +165,7 @@ def test_no_recompile_across_lengths_within_bucket(impl, monkeypatch):
 
     def key(S, vs, vl, keep, dtype=torch.bfloat16):
         q = torch.randn(1, S, 2, 128).to(dtype)
-        ti = bsa.select_tiles_reference(q, q, vs, vl, keep, 64)
+        ti = sel.select_tiles_reference(q, q, vs, vl, keep, 64)
         kernel, grid, args, kwargs = bsa._attention_launch(q, q, q, torch.empty_like(q), vs, vl, 64, ti)
         assert kernel is fn  # impl 3's K/V descriptors hold valid_len in their shape; the key must not see it
         _, spec, opts = binder(*args, **kwargs)

@@ -47,9 +47,10 @@ def poison_like(x):
 def configs():
     """Yields the kernel modules' config dicts and restores them afterwards (tests below try sweep configs)."""
     from kernels import block_sparse_attn as bsa
+    from kernels import tile_select as sel
     from kernels import qk_norm_rope as qr
 
-    dicts = (qr.CONFIG, bsa.CONFIG, bsa.TOPK_CONFIG, bsa.POOL_CONFIG, bsa.SCORES_CONFIG)
+    dicts = (qr.CONFIG, bsa.CONFIG, sel.TOPK_CONFIG, sel.POOL_CONFIG, sel.SCORES_CONFIG)
     saved = [dict(d) for d in dicts]
     yield dicts
     for d, old in zip(dicts, saved):
@@ -143,14 +144,15 @@ def _check_samples(q, k, v, out, ti, video_start, valid_len, tile=64):
                          + [(S5, S5, 0.1, c) for c in ATTN_CONFIGS] + [(37888, 37700, 0.1, c) for c in ATTN_CONFIGS])
 def test_block_sparse_attention_real_shape(S, valid_len, keep, cfg, configs):
     from kernels import block_sparse_attn as bsa
+    from kernels import tile_select as sel
 
     if cfg is not None:  # every (impl, num_warps, num_stages, kv_tiles) bench/kernels.py sweeps
         bsa.CONFIG.update(zip(("impl", "num_warps", "num_stages", "kv_tiles"), cfg))
 
     q, k, v = _qkv(S, valid_len)
-    ti = bsa.select_tiles(q, k, VIDEO_START, valid_len, keep)
-    n = bsa.num_video_tiles(VIDEO_START, valid_len)
-    assert ti.shape == (1, H, n, bsa.num_keep_tiles(n, keep))
+    ti = sel.select_tiles(q, k, VIDEO_START, valid_len, keep)
+    n = sel.num_video_tiles(VIDEO_START, valid_len)
+    assert ti.shape == (1, H, n, sel.num_keep_tiles(n, keep))
     out = poison_like(q)
     bsa._launch_attention(q, k, v, out, VIDEO_START, valid_len, 64, ti)
     assert not torch.isnan(out).any(), "unwritten or NaN output"
@@ -163,6 +165,7 @@ def test_keep_ratio_one_is_dense_real_shape():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from kernels import block_sparse_attn as bsa
+    from kernels import tile_select as sel
 
     q, k, v = _qkv(S5, S5)
     out = bsa.block_sparse_attention(q, k, v, video_start=VIDEO_START, valid_len=S5, keep_ratio=1.0)
@@ -170,33 +173,33 @@ def test_keep_ratio_one_is_dense_real_shape():
         dense = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     dense = dense.transpose(1, 2)
     assert rel(out, dense) < 1e-2  # two bf16 kernels: both within bf16 rounding of the same function
-    ti = bsa.select_tiles(q, k, VIDEO_START, S5, 1.0)
+    ti = sel.select_tiles(q, k, VIDEO_START, S5, 1.0)
     assert _check_samples(q, k, v, out, ti, VIDEO_START, S5) < 2e-2
 
 
 @pytest.mark.parametrize("pool,scores,topk", [(None, None, None)] + [(c, None, None) for c in POOL_CONFIGS]
                          + [(None, c, None) for c in SCORES_CONFIGS] + [(None, None, c) for c in TOPK_CONFIGS])
 def test_selection_real_shape(pool, scores, topk, configs):
-    from kernels import block_sparse_attn as bsa
+    from kernels import tile_select as sel
 
     if pool is not None:
-        bsa.POOL_CONFIG.update(zip(("HB", "RB", "num_warps"), pool))
+        sel.POOL_CONFIG.update(zip(("HB", "RB", "num_warps"), pool))
     if scores is not None:
-        bsa.SCORES_CONFIG.update(zip(("BM", "BN", "num_warps"), scores))
+        sel.SCORES_CONFIG.update(zip(("BM", "BN", "num_warps"), scores))
     if topk is not None:
-        bsa.TOPK_CONFIG.update(zip(("num_warps",), topk))
+        sel.TOPK_CONFIG.update(zip(("num_warps",), topk))
     q, k, _ = _qkv(S5, S5)
-    ti = bsa.select_tiles(q, k, VIDEO_START, S5, 0.1)
+    ti = sel.select_tiles(q, k, VIDEO_START, S5, 0.1)
     # the pooled means against fp64, and the Triton top-k exactly against torch's on the same fp32 scores
-    qm32, km32 = bsa._tile_means_triton(q, k, VIDEO_START, S5, 64)
-    assert rel(qm32, bsa._tile_means_reference(q.double(), VIDEO_START, S5, 64)) < 1e-5
-    assert rel(km32, bsa._tile_means_reference(k.double(), VIDEO_START, S5, 64)) < 1e-5
-    raw = bsa._scores_triton(qm32, km32)
+    qm32, km32 = sel._tile_means_triton(q, k, VIDEO_START, S5, 64)
+    assert rel(qm32, sel._tile_means_reference(q.double(), VIDEO_START, S5, 64)) < 1e-5
+    assert rel(km32, sel._tile_means_reference(k.double(), VIDEO_START, S5, 64)) < 1e-5
+    raw = sel._scores_triton(qm32, km32)
     assert rel(raw, torch.matmul(qm32, km32.transpose(-1, -2))) < 1e-5  # tf32x3: fp32-accurate, another order
     sc = raw * (1.0 / math.sqrt(D))
     assert torch.equal(ti, torch.sort(torch.topk(sc, ti.shape[-1], dim=-1).indices, -1).values)
-    qm = bsa._tile_means_reference(q.double(), VIDEO_START, S5, 64).double()
-    km = bsa._tile_means_reference(k.double(), VIDEO_START, S5, 64).double()
+    qm = sel._tile_means_reference(q.double(), VIDEO_START, S5, 64).double()
+    km = sel._tile_means_reference(k.double(), VIDEO_START, S5, 64).double()
     scores = qm @ km.transpose(-1, -2) / math.sqrt(D)
     kth = scores.topk(ti.shape[-1], dim=-1).values[..., -1:]
     chosen = scores.gather(-1, ti)
