@@ -50,7 +50,7 @@ from db.records import (
     VerdictRecord,
     VideoRecord,
 )
-from db.startup import check_database
+from db.startup import DataDirLock, check_database
 
 T = TypeVar("T")
 
@@ -105,19 +105,28 @@ class Store:
         self.data_dir = Path(data_dir)
         (self.data_dir / "clips").mkdir(parents=True, exist_ok=True)
         self.db_path = self.data_dir / DB_FILENAME
-        check_database(self.db_path, self.data_dir / "clips")
-        self.default_approval_rule = approval_rule or ApprovalRule()  # applies until an admin sets one
-        self._engine = make_engine(self.db_path)
-        upgrade(self._engine)
-        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
-        self.recovered_video_ids: list[str] = []
-        self.resumable_videos: list[VideoRecord] = []
-        if recover:
-            self.recovered_video_ids, self.resumable_videos = self._recover_unfinished()
+        # The serving process owns the data dir (recovery would fail another server's live jobs).
+        self._lock = DataDirLock(self.data_dir) if recover else None
+        try:
+            check_database(self.db_path, self.data_dir / "clips")
+            self.default_approval_rule = approval_rule or ApprovalRule()  # applies until an admin sets one
+            self._engine = make_engine(self.db_path)
+            upgrade(self._engine)
+            self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+            self.recovered_video_ids: list[str] = []
+            self.resumable_videos: list[VideoRecord] = []
+            if recover:
+                self.recovered_video_ids, self.resumable_videos = self._recover_unfinished()
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
 
     def close(self) -> None:
-        """Release pooled connections (the store must not be used afterwards)."""
+        """Release pooled connections and the data dir's lock (the store must not be used afterwards)."""
         self._engine.dispose()
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self) -> Store:
         return self

@@ -7,12 +7,17 @@ listed in tests/BAD_INPUTS.md.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from db import DataDirError, Store
 from tests.test_db import fake_mp4, sidecar
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def studio_with_a_clip(data_dir: Path) -> str:
@@ -71,3 +76,48 @@ def test_app_reports_a_lost_database_in_one_line(tmp_path: Path, capsys: pytest.
     assert app.main(["--data-dir", str(data), "--no-ui", "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "studio.db is missing" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------- a second server
+
+
+def test_second_server_on_a_data_dir_is_refused_and_leaves_running_jobs_alone(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = Store(data)
+    running = first.update_video(first.create_video({"prompt": "r"}, "fast").id, status="in_progress", progress=30)
+    with pytest.raises(DataDirError, match=rf"in use by another studio server \(pid {os.getpid()}\)"):
+        Store(data)
+    assert first.get_video(running.id).status == "in_progress"  # not taken for a crash's leftover
+    with Store(data, recover=False) as reader:  # a read-mostly CLI may still look
+        assert reader.get_video(running.id).progress == 30
+    first.close()
+    with Store(data) as after:  # the lock goes with the first server
+        assert after.get_video(running.id).status == "failed"
+
+
+def test_the_lock_is_per_process_and_dies_with_its_process(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from db import Store; s = Store(sys.argv[1]); print('open', flush=True);"
+         " sys.stdin.read()", str(data)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(DataDirError, match=rf"pid {holder.pid}"):
+            Store(data)
+    finally:
+        holder.kill()  # a crash: no close(), no cleanup
+        holder.wait(30)
+    with Store(data) as store:
+        assert store.list_pairs() == []
+
+
+def test_second_app_on_a_data_dir_exits_2_before_binding(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    import app
+
+    monkeypatch.setattr(uvicorn, "run", lambda *_a, **_k: None)
+    with Store(tmp_path / "data"):
+        assert app.main(["--data-dir", str(tmp_path / "data"), "--no-ui"]) == 2
+    assert "in use by another studio server" in capsys.readouterr().err
