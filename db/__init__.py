@@ -3,7 +3,7 @@
 Knows nothing of the engine or the UI; takes and returns plain data. Start with :class:`db.store.Store`.
 """
 
-from db.errors import ClipIntegrityError, Conflict, DataDirError, NotFound, StoreError
+from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirError, NotFound, StoreError
 from db.keys import configuration_key, tier_config_hash
 from db.records import ApprovalRule, ClipRecord, PairRecord, VerdictRecord, VideoRecord
 from db.store import Store
@@ -11,6 +11,7 @@ from db.store import Store
 __all__ = [
     "ApprovalRule",
     "ClipIntegrityError",
+    "ClipMissing",
     "ClipRecord",
     "Conflict",
     "DataDirError",

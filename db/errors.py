@@ -25,10 +25,14 @@ class Conflict(StoreError):
 
 
 class ClipIntegrityError(RuntimeError):
-    """A stored clip file no longer matches its sha256 (disk corruption or tampering).
+    """A stored clip file no longer matches its sha256 (disk corruption or tampering); REST answers 409.
 
-    Not a ValueError: nothing the caller sent was wrong, so it must not become a 4xx.
+    Not a ValueError: nothing the caller sent was wrong, so it must not become a 400.
     """
+
+
+class ClipMissing(ClipIntegrityError):
+    """A stored clip's file is gone from the data dir; REST answers 404."""
 
 
 class DataDirError(RuntimeError):

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -26,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db import approval, convert
 from db import validate as check
 from db.database import BEGIN_MODE_OPTION, make_engine, upgrade
-from db.errors import Conflict, NotFound, StoreError
+from db.errors import ClipIntegrityError, ClipMissing, Conflict, NotFound, StoreError
 from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath
 from db.keys import (
     canonical_json,
@@ -257,6 +258,25 @@ class Store:
     def clip_path(self, sha: str) -> Path:
         """Absolute path of a stored clip's MP4; NotFound if it was never stored."""
         return self.get_clip(sha).path
+
+    def verified_clip_path(self, sha: str) -> Path:
+        """The stored clip's MP4 after checking that it is on disk and still hashes to ``sha``.
+
+        ClipMissing when the file is gone, ClipIntegrityError when its bytes changed; messages name the clip by
+        its place in the data dir, never by an absolute server path.
+        """
+        path = self.clip_path(sha)
+        where = clip_relpath(sha).as_posix()
+        try:
+            with path.open("rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        except FileNotFoundError:
+            raise ClipMissing(f"the file of clip {sha[:12]} ({where}) is missing from the data dir; restore it "
+                              "from a backup (its bytes must hash to its sha256)") from None
+        if digest != sha:
+            raise ClipIntegrityError(f"the file of clip {sha[:12]} ({where}) no longer matches its sha256 (it "
+                                     "changed on disk); it is not served or compared until restored")
+        return path
 
     def find_clip(
         self,

@@ -441,7 +441,7 @@ class StudioService:
         record = self.store.get_video(video_id)
         if record.status != "completed" or record.clip_sha is None:
             raise Conflict("status", f"video {video_id} is {record.status}; its content exists once it is completed")
-        return self.store.clip_path(record.clip_sha)
+        return self.store.verified_clip_path(record.clip_sha)  # a lost or changed file is refused, never served
 
     def cancel_video(self, video_id: str, actor: Actor = OPEN) -> VideoView:
         """Cancel a queued or running job (a running one stops before its next denoising step).
@@ -719,13 +719,21 @@ class StudioService:
             return {"error": f"{type(error).__name__}: {error}"}
 
     def refresh_metrics(self, pair_id: str) -> PairView:
-        """Compute (again) the metrics of a completed pair, e.g. after the quality module became available."""
+        """Compute (again) the metrics of a completed pair, e.g. after the quality module became available.
+
+        Both clips are checked against their sha256 first (ClipMissing / ClipIntegrityError); a comparison that
+        fails never replaces metrics that were computed before (Conflict, the stored ones kept)."""
         pair = self.store.get_pair(pair_id)
         if pair.status != "completed":
             raise Conflict("pair_id", f"pair {pair_id} is {pair.status}; metrics need both clips")
+        for sha in (pair.baseline_clip_sha, pair.candidate_clip_sha):
+            self.store.verified_clip_path(sha)
         metrics = self._compare(pair)
         if metrics is None:
             raise ServiceUnavailable(QUALITY_UNAVAILABLE)
+        if "error" in metrics and pair.metrics and "error" not in pair.metrics:
+            raise Conflict("pair_id", f"recomputing the metrics failed ({metrics['error']}); the stored metrics "
+                                      "were kept")
         self.store.update_pair(pair_id, metrics=metrics)
         return self.get_pair(pair_id)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from db import DataDirError, Store
-from tests.test_db import fake_mp4, sidecar
+from tests.test_db import completed_pair, fake_mp4, sidecar
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,3 +121,82 @@ def test_second_app_on_a_data_dir_exits_2_before_binding(tmp_path: Path, capsys:
     with Store(tmp_path / "data"):
         assert app.main(["--data-dir", str(tmp_path / "data"), "--no-ui"]) == 2
     assert "in use by another studio server" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- a lost or altered clip
+
+
+class ComparingQuality:
+    """Stands in for studio.quality: reads both clips (as the real comparison does) and reports their sizes,
+    or raises ``error`` when one is given."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        outer = self
+
+        class OverlayCache:
+            def __init__(self, root: Path) -> None:
+                self.root = root
+
+            def get_or_compute(self, key: str, baseline: Path, candidate: Path) -> dict:
+                if outer.error is not None:
+                    raise outer.error
+                return {"summary": {"bytes": [len(Path(baseline).read_bytes()), len(Path(candidate).read_bytes())]}}
+
+        self.error, self.OverlayCache = error, OverlayCache
+
+
+@pytest.fixture
+def served_pair(tmp_path: Path):
+    """A REST app over a store holding one completed pair with good metrics; yields (client, store, pair)."""
+    from fastapi.testclient import TestClient
+
+    from studio.api import create_app
+    from studio.service import StudioService
+
+    quality = ComparingQuality()
+    service = StudioService.open(tmp_path / "data", quality_loader=lambda: quality)
+    pair = completed_pair(service.store, "a fox")
+    with TestClient(create_app(service)) as client:
+        yield client, service.store, pair, quality
+
+
+def _break(store: Store, sha: str, how: str) -> None:
+    path = store.clip_path(sha)
+    if how == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:-1] + b"!")  # same size, one byte changed
+
+
+@pytest.mark.parametrize(("how", "status"), [("missing", 404), ("altered", 409)])
+def test_a_lost_or_altered_clip_is_refused_clearly_not_served(served_pair, how: str, status: int) -> None:
+    client, store, pair, _ = served_pair
+    url = f"/v1/videos/{pair.candidate_video_id}/content"
+    assert client.get(url).content == fake_mp4(f"{pair.id}-candidate")
+    _break(store, pair.candidate_clip_sha, how)
+    response = client.get(url)
+    error = response.json()["error"]
+    assert (response.status_code, error["field"], error["type"]) == (status, "clip", "clip_integrity_error")
+    assert pair.candidate_clip_sha[:12] in error["message"] and str(store.data_dir) not in error["message"]
+    assert client.get(f"/v1/videos/{pair.baseline_video_id}/content").status_code == 200  # the rest still serves
+
+
+@pytest.mark.parametrize("how", ["missing", "altered"])
+def test_recompute_with_a_lost_clip_keeps_the_good_metrics(served_pair, how: str) -> None:
+    client, store, pair, _ = served_pair
+    good = store.get_pair(pair.id).metrics
+    _break(store, pair.baseline_clip_sha, how)
+    response = client.post(f"/v1/pairs/{pair.id}/metrics")
+    assert response.status_code in (404, 409) and response.json()["error"]["field"] == "clip"
+    assert store.get_pair(pair.id).metrics == good
+
+
+def test_a_failing_recompute_keeps_the_good_metrics(served_pair) -> None:
+    client, store, pair, quality = served_pair
+    good = store.get_pair(pair.id).metrics
+    quality.error = MemoryError("out of memory decoding frames")
+    response = client.post(f"/v1/pairs/{pair.id}/metrics")
+    assert response.status_code == 409 and "stored metrics were kept" in response.json()["error"]["message"]
+    assert store.get_pair(pair.id).metrics == good
+    quality.error = None
+    assert client.post(f"/v1/pairs/{pair.id}/metrics").json()["metrics"]["bytes"]  # and a good run replaces them
