@@ -38,3 +38,10 @@ class ClipMissing(ClipIntegrityError):
 class DataDirError(RuntimeError):
     """The data dir cannot be opened as it is (database lost or corrupt, another server on it); the message says
     what was found and what to do. Raised at start-up, before anything is written."""
+
+
+class StorageFull(RuntimeError):
+    """The data dir's disk is full (or the database reached its size limit): nothing of the write was kept, and
+    the store is as it was. REST answers 507."""
+
+    MESSAGE = "the data dir's disk is full: nothing was stored; free some space and try again"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import tempfile
@@ -10,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from db.errors import StoreError
+from db.errors import StorageFull, StoreError
 
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -48,7 +50,8 @@ def atomic_writer(path: Path) -> Iterator[IO[bytes]]:
     """Yield a binary file that replaces ``path`` only if the block finishes without error.
 
     The temp file sits in the same directory so ``os.replace`` is an atomic rename; it is fsynced first so
-    a crash never leaves a renamed-but-empty file. On error the temp file is removed and ``path`` untouched.
+    a crash never leaves a renamed-but-empty file. On error the temp file is removed and ``path`` untouched;
+    a full disk raises StorageFull.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -59,9 +62,11 @@ def atomic_writer(path: Path) -> Iterator[IO[bytes]]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+            raise StorageFull(f"{StorageFull.MESSAGE} (writing {path.name})") from error
         raise
     _fsync_dir(path.parent)
 

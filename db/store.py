@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db import approval, convert
 from db import validate as check
 from db.database import BEGIN_MODE_OPTION, make_engine, upgrade
-from db.errors import ClipIntegrityError, ClipMissing, Conflict, NotFound, StoreError
+from db.errors import ClipIntegrityError, ClipMissing, Conflict, NotFound, StorageFull, StoreError
 from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath
 from db.keys import (
     canonical_json,
@@ -60,6 +61,7 @@ LOCK_RETRIES = 8  # on top of busy_timeout; only reached under pathological cont
 MAX_LIST_LIMIT = 1000
 DURATION_TOLERANCE_S = 1e-6  # durations are derived from frame counts; float noise must not defeat reuse
 UNFINISHED = ("queued", "in_progress")
+MIN_FREE_BYTES = 64 * 1024 * 1024  # new jobs need room for their clips (a real 15 s clip is tens of MB)
 
 
 class _Unset:
@@ -86,6 +88,11 @@ def _is_lock_error(exc: OperationalError) -> bool:
     """SQLite reports contention as 'database is locked' (or 'busy')."""
     message = str(exc.orig).lower()
     return "database is locked" in message or "database is busy" in message
+
+
+def _is_full_error(exc: OperationalError) -> bool:
+    """SQLite reports a full disk (or a reached max_page_count) as 'database or disk is full'."""
+    return "disk is full" in str(exc.orig).lower()
 
 
 # ------------------------------------------------------------------------------------------------ store
@@ -152,6 +159,8 @@ class Store:
                     session.commit()
                     return result
             except OperationalError as exc:
+                if _is_full_error(exc):  # SQLITE_FULL: the transaction was rolled back
+                    raise StorageFull(StorageFull.MESSAGE) from exc
                 if not _is_lock_error(exc) or attempt == LOCK_RETRIES - 1:
                     raise
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
@@ -164,6 +173,12 @@ class Store:
     def _read(self, work: Callable[[Session], T]) -> T:
         """A read-only transaction (a consistent snapshot; never blocks writers in WAL mode)."""
         return self._run(work, write=False)
+
+    def _require_space(self) -> None:
+        """StorageFull before new work is accepted on a nearly full disk: its clips could not be stored, and a
+        submission that ran out of space between its rows would leave a pair without its jobs."""
+        if shutil.disk_usage(self.data_dir).free < MIN_FREE_BYTES:
+            raise StorageFull(StorageFull.MESSAGE)
 
     def _recover_unfinished(self) -> tuple[list[str], list[VideoRecord]]:
         """After a crash: fail the unfinished jobs, except those a remote server had accepted (back to
@@ -332,6 +347,7 @@ class Store:
         request_json = canonical_json(check.json_dict(request, "request"), "request")
         tier = check.text(tier, "tier")
         model = check.text(model, "model", allow_empty=True)
+        self._require_space()
 
         def work(session: Session) -> VideoRecord:
             row = VideoJob(
@@ -491,6 +507,7 @@ class Store:
         check.json_dict(target, "target")
         duration = normalise_duration(target.get("duration_seconds"), "target.duration_seconds")
         key = configuration_key(model_id, snapshot, duration)
+        self._require_space()
 
         def work(session: Session) -> PairRecord:
             self._upsert_configuration(session, key, model_id, tier_name, snapshot, duration)

@@ -4,7 +4,7 @@ Every route is a thin translation between HTTP and :class:`studio.service.Studio
 rules. Errors come back as ``{"error": {"message", "field", "type"}}``:
 
     RequestError / StoreError / pydantic validation → 400     NotFound → 404     Conflict → 409
-    a clip's file missing → 404, changed on disk → 409
+    a clip's file missing → 404, changed on disk → 409     disk full → 507     body too large → 413
     QueueFull → 429     engine still loading → 503     bad or missing credentials → 401
 
 Handlers are plain ``def`` functions (FastAPI runs them in its thread pool) and read only the store and the
@@ -27,7 +27,7 @@ from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from db.errors import ClipIntegrityError, ClipMissing, Conflict, NotFound, StoreError
+from db.errors import ClipIntegrityError, ClipMissing, Conflict, NotFound, StorageFull, StoreError
 from engine.errors import RequestError
 from engine.request import REFUSED_FIELDS
 from studio.auth import Accounts
@@ -205,6 +205,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def integrity(_: Request, error: ClipIntegrityError) -> JSONResponse:
         log.error("clip integrity: %s", error)
         return _error(404 if isinstance(error, ClipMissing) else 409, str(error), "clip", "clip_integrity_error")
+
+    @app.exception_handler(StorageFull)
+    async def storage_full(_: Request, error: StorageFull) -> JSONResponse:
+        log.error("storage full: %s", error.__cause__ or error)
+        return _error(507, str(error), None, "insufficient_storage")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:

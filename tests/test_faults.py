@@ -8,13 +8,14 @@ listed in tests/BAD_INPUTS.md.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from db import DataDirError, Store
+from db import DataDirError, StorageFull, Store
 from tests.test_db import completed_pair, fake_mp4, sidecar
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,3 +201,62 @@ def test_a_failing_recompute_keeps_the_good_metrics(served_pair) -> None:
     assert store.get_pair(pair.id).metrics == good
     quality.error = None
     assert client.post(f"/v1/pairs/{pair.id}/metrics").json()["metrics"]["bytes"]  # and a good run replaces them
+
+
+# ------------------------------------------------------------------------------------- a full disk
+
+
+def fill_the_disk(store: Store) -> None:
+    """From now on SQLite may not grow the database by one page: SQLITE_FULL, exactly as on a full disk."""
+    from sqlalchemy import event
+
+    @event.listens_for(store._engine, "connect")
+    def cap(dbapi_connection, _record) -> None:
+        pages = dbapi_connection.execute("PRAGMA page_count").fetchone()[0]
+        dbapi_connection.execute(f"PRAGMA max_page_count = {pages}")
+
+    store._engine.dispose()  # pooled connections pick the cap up when they reconnect
+
+
+def test_a_full_disk_gives_507_on_submission_and_nothing_half_stored(tmp_path: Path, nano_engine,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from studio.api import create_app
+    from studio.service import StudioService
+
+    service = StudioService.open(tmp_path / "data", engine=nano_engine, quality_loader=lambda: None)
+    pair = completed_pair(service.store, "a fox")
+    with TestClient(create_app(service)) as client:
+        fill_the_disk(service.store)
+        usage = shutil.disk_usage(tmp_path)
+        monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage._replace(free=1024 * 1024))
+        submitted = client.post("/v1/pairs", json={"prompt": "a kite", "tier": "turbo", "target": {"short_edge": 32}})
+        monkeypatch.undo()  # the database itself is full too: a verdict fails in SQLite, not in the check
+        verdict = client.post(f"/v1/pairs/{pair.id}/verdicts", json={"reviewer": "ana", "decision": "accept",
+                                                                    "notes": "n" * 10_000})
+        for response in (submitted, verdict):
+            error = response.json()["error"]
+            assert (response.status_code, error["type"]) == (507, "insufficient_storage"), error
+            assert "disk is full" in error["message"]
+        assert [p.id for p in service.store.list_pairs()] == [pair.id]  # nothing half-created
+        assert service.store.list_verdicts() == []
+        assert client.get(f"/v1/pairs/{pair.id}").status_code == 200  # and it keeps serving reads
+
+
+def test_a_full_disk_while_storing_a_clip_leaves_no_file_and_no_row(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import db.files
+
+    def no_space(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with Store(tmp_path / "data") as store:
+        monkeypatch.setattr(db.files.os, "fsync", no_space)
+        with pytest.raises(StorageFull, match="disk is full"):
+            store.put_clip(fake_mp4("full"), sidecar())
+        monkeypatch.undo()
+        assert [p for p in (tmp_path / "data" / "clips").rglob("*") if p.is_file()] == []
+        assert store.put_clip(fake_mp4("full"), sidecar()).path.is_file()  # space again: it stores
