@@ -408,7 +408,7 @@ def bench_flex(S, keep=0.1):
 def engine_runtime(S, video_start, keep):
     """The AttentionRuntime the engine builds for a 16:9 request of S rows on a sparse, fused tier."""
     from engine.attention import AttentionRuntime, tile_row_order
-    from engine.plan import Canvas, video_tile_order
+    from engine.layout import Canvas, video_tile_order
     from engine.tiers import SparseSpec, TierPlan, TierSpec
 
     frames = (S - video_start) // (24 * 42)  # 1344x768: a 24 x 42 grid of (1, 2, 2) patches per latent frame

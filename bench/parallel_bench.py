@@ -91,7 +91,7 @@ def packed_inputs(model, layout: str, device: torch.device, seed: int = 1) -> di
 
 def pad_inputs(inputs: dict, padded: int) -> dict:
     """Pad the per-row tensors to `padded` rows, as the engine's `denoise` does (padded rows masked as keys)."""
-    from engine.plan import pad_rows
+    from engine.layout import pad_rows
 
     out = dict(inputs)
     for name in ("position_ids", "token_tags", "timestep_indices"):
@@ -133,7 +133,7 @@ def run_world(rank: int, world: int, args: argparse.Namespace, init_file: str, r
     from engine.attention import install_processors
     from engine.components import quiet_libraries
     from engine.distributed import ParallelContext, install_sequence_shards, shard_weights
-    from engine.plan import bucket_length
+    from engine.layout import bucket_length
 
     os.environ.update(SAFE_NCCL_ENV)
     quiet_libraries()

@@ -107,7 +107,7 @@ def tiny_inputs(model, frames: int, audio: int, device: str):
 
 
 def video_order(frames: int, grid_h: int, grid_w: int) -> torch.Tensor:
-    from engine.plan import Canvas, video_tile_order
+    from engine.layout import Canvas, video_tile_order
 
     canvas = Canvas(height=grid_h * 32, width=grid_w * 32, num_frames=0, num_latent_frames=frames,
                     latent_height=grid_h * 2, latent_width=grid_w * 2, num_audio_latents=0)

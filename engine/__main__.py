@@ -78,7 +78,7 @@ def _generate(args) -> int:
 def _info(args) -> int:
     from engine.components import load_components
     from engine.labels import model_label
-    from engine.plan import token_counts
+    from engine.layout import token_counts
 
     components = load_components(args.model)
     geometry = components.geometry

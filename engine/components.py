@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import ModelLoadError
-from engine.plan import ModelGeometry
+from engine.layout import ModelGeometry
 
 NANO_PATH = Path(__file__).resolve().parent.parent / "assets" / "nano"
 DEFAULT_PIPELINE_CONFIG = {"canvas_short_edge": 768, "canvas_max_pixels": 768 * 1344}

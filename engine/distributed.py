@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
-    from engine.plan import PackedLayout
+    from engine.layout import PackedLayout
 
 # NVLink multicast can take a shared host's GPUs out of service (device KINDS.md): keep it off in every worker.
 SAFE_NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -104,7 +104,7 @@ class ParallelContext:
 
     def begin_request(self, layout: PackedLayout) -> PackedLayout:
         """Record the single-process row count and pad the packed length up to a multiple of the group size."""
-        from engine.plan import bucket_length
+        from engine.layout import bucket_length
 
         self.counted_rows = layout.padded_length
         return replace(layout, padded_length=bucket_length(layout.padded_length, self.world))

@@ -18,7 +18,7 @@ from engine.request import GenerationRequest, ModelLimits
 from engine.tiers import TierPlan, TierTable
 
 if TYPE_CHECKING:
-    from engine.plan import ModelGeometry
+    from engine.layout import ModelGeometry
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def tier_plan(tiers: TierTable, request: GenerationRequest, num_blocks: int) -> 
 def plan_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,
                  model_id: str, model_name: str) -> RequestPlan:
     """The plan of a validated request on a model of this geometry and depth (in-process and parallel engines)."""
-    from engine.plan import resolve_canvas  # imports diffusers: only when a local engine plans
+    from engine.layout import resolve_canvas  # imports diffusers: only when a local engine plans
 
     canvas = resolve_canvas(geometry, request.duration_seconds, request.aspect_ratio, request.short_edge)
     return RequestPlan(request, tier_plan(tiers, request, num_blocks).to_dict(), canvas.width, canvas.height,

@@ -36,7 +36,7 @@ from engine.request import GenerationRequest, ModelLimits
 from engine.tiers import TierTable
 
 if TYPE_CHECKING:
-    from engine.plan import ModelGeometry
+    from engine.layout import ModelGeometry
 
 FAULT_ENV = "H3_PARALLEL_FAULT"  # "rank:step[:exit|oom]": inject one worker failure into the first request
 

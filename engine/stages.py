@@ -24,7 +24,7 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from engine.components import Components
 from engine.errors import GenerationCancelled
-from engine.plan import Canvas, PackedLayout, pad_rows
+from engine.layout import Canvas, PackedLayout, pad_rows
 
 TEXT_ENCODER_LAYER = 50
 PIXEL_MEAN = (0.485, 0.456, 0.406)

@@ -14,7 +14,7 @@ import torch
 from engine.components import NANO_PATH, load_components
 from engine.errors import ModelLoadError
 from engine.media import probe_mp4
-from engine.plan import build_layout, resolve_canvas
+from engine.layout import build_layout, resolve_canvas
 from engine import stages
 
 ROOT = NANO_PATH.parent.parent
