@@ -550,11 +550,11 @@ class Store:
         return row
 
     @staticmethod
-    def _pair_row(session: Session, pair_id: str) -> Pair:
-        """Fetch a pair row or raise NotFound("pair_id")."""
+    def _pair_row(session: Session, pair_id: str, field: str = "pair_id") -> Pair:
+        """Fetch a pair row or raise NotFound(field)."""
         row = session.scalar(select(Pair).where(Pair.id == pair_id))
         if row is None:
-            raise NotFound("pair_id", f"no pair {pair_id!r}")
+            raise NotFound(field, f"no pair {pair_id!r}")
         return row
 
     def set_pair_videos(self, pair_id: str, baseline_video_id: str, candidate_video_id: str) -> PairRecord:
@@ -624,17 +624,29 @@ class Store:
         return self._read(lambda s: convert.pair_records(s, [self._pair_row(s, pair_id)])[0])
 
     def list_pairs(
-        self, status: str | None = None, configuration_key: str | None = None, order: str = "desc"
+        self, status: str | None = None, configuration_key: str | None = None, order: str = "desc",
+        after: str | None = None, limit: int | None = None,
     ) -> list[PairRecord]:
-        """Pairs, newest first by default, optionally filtered by status and configuration."""
+        """Pairs, newest first by default, optionally filtered by status and configuration; a page of at most
+        ``limit`` (None: all) starting after pair ``after``. To tell whether more exist, ask for ``limit + 1``."""
         check.one_of(order, "order", ("asc", "desc"))
+        if limit is not None:
+            check.integer(limit, "limit", minimum=1, maximum=MAX_LIST_LIMIT)
         query: Select[tuple[Pair]] = select(Pair)
         if status is not None:
             query = query.where(Pair.status == check.one_of(status, "status", PAIR_STATUSES))
         if configuration_key is not None:
             query = query.where(Pair.configuration_key == configuration_key)
-        query = query.order_by(Pair.seq.asc() if order == "asc" else Pair.seq.desc())
-        return self._read(lambda s: convert.pair_records(s, list(s.scalars(query))))
+        query = query.order_by(Pair.seq.asc() if order == "asc" else Pair.seq.desc()).limit(limit)
+
+        def work(session: Session) -> list[PairRecord]:
+            paged = query
+            if after is not None:
+                cursor = self._pair_row(session, after, field="after").seq
+                paged = query.where(Pair.seq > cursor if order == "asc" else Pair.seq < cursor)
+            return convert.pair_records(session, list(session.scalars(paged)))
+
+        return self._read(work)
 
     # ---------------------------------------------------------------------------------------- verdicts
 

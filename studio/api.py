@@ -20,12 +20,14 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Request
+from fastapi.routing import APIRoute
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from db.errors import ClipIntegrityError, ClipMissing, Conflict, NotFound, StorageFull, StoreError
 from engine.errors import RequestError
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 
 MIN_SGLANG_STEPS, MAX_SGLANG_STEPS = 2, 101  # N sigma points = N - 1 forwards; the engine runs 1..100 forwards
 MAX_PAGE = 100
+MAX_EXPORT_PAIRS = 1000  # one zip; each id is looked up, so an unbounded list is an unbounded request
 SGLANG_TASKS_SERVED = ("t2va",)
 # SGLang H3 fields this server understands but cannot honour: refusing beats silently ignoring them.
 SGLANG_UNSUPPORTED = {
@@ -141,7 +144,7 @@ class ExportCreate(BaseModel):
     """Pairs to export; empty means every approved pair."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    pair_ids: list[Text] = Field(default_factory=list)
+    pair_ids: list[Text] = Field(default_factory=list, max_length=MAX_EXPORT_PAIRS)
 
 
 # ------------------------------------------------------------------------------------------------ errors
@@ -180,8 +183,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
         first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
-        field = _field_from_loc(first.get("loc", ()))
         message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        if first.get("type") == "json_invalid":  # located as ("body", <character offset>): the field is the body
+            offset = first.get("loc", ("body", "?"))[-1]
+            reason = (first.get("ctx") or {}).get("error", "")
+            return _error(400, f"malformed JSON at character {offset}: {reason}".rstrip(": "), "body",
+                          "invalid_request_error")
+        field = _field_from_loc(first.get("loc", ()))
         return _error(400, message, field, "invalid_request_error")
 
     @app.exception_handler(QueueFull)
@@ -269,6 +277,12 @@ def _renaming(work: Callable[[], Any], renames: dict[str, str]) -> Any:
         if error.field in renames:
             raise RequestError(renames[error.field], error.message) from None
         raise
+
+
+def _page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """A list response in OpenAI's shape: pass ``last_id`` as ``after`` for the next page."""
+    return {"object": "list", "data": data, "has_more": has_more,
+            "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None}
 
 
 def _unix(value: datetime | None) -> int | None:
@@ -369,9 +383,7 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         if not 1 <= limit <= MAX_PAGE:
             raise RequestError("limit", f"must be in 1..{MAX_PAGE}, got {limit}")
         views = service.list_videos(after=after, limit=limit + 1, order=order)
-        data = [video_object(v) for v in views[:limit]]
-        return {"object": "list", "data": data, "has_more": len(views) > limit,
-                "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None}
+        return _page([video_object(v) for v in views[:limit]], has_more=len(views) > limit)
 
     @router.get("/videos/{video_id}", tags=["videos"], summary="A job's status and progress")
     def get_video(video_id: str) -> dict[str, Any]:
@@ -406,9 +418,13 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         record = service.submit_pair(payload, submitted_by=user)
         return pair_object(service.get_pair(record.id))
 
-    @router.get("/pairs", tags=["pairs"], summary="List pairs")
-    def list_pairs(status: str | None = None, configuration_key: str | None = None) -> dict[str, Any]:
-        return {"object": "list", "data": [pair_object(p) for p in service.list_pairs(status, configuration_key)]}
+    @router.get("/pairs", tags=["pairs"], summary="List pairs, newest first, a page at a time")
+    def list_pairs(status: str | None = None, configuration_key: str | None = None, after: str | None = None,
+                   limit: int = 20) -> dict[str, Any]:
+        if not 1 <= limit <= MAX_PAGE:
+            raise RequestError("limit", f"must be in 1..{MAX_PAGE}, got {limit}")
+        views = service.list_pairs(status, configuration_key, after=after, limit=limit + 1)
+        return _page([pair_object(p) for p in views[:limit]], has_more=len(views) > limit)
 
     @router.get("/pairs/{pair_id}", tags=["pairs"], summary="Status, both clips, timings, speed-ups, metrics")
     def get_pair(pair_id: str) -> dict[str, Any]:
@@ -509,5 +525,22 @@ def create_app(service: StudioService, accounts: Accounts | None = None,
         return {"model_path": service.model_name, "model_id": engine.model_id, "task_type": "T2VA",
                 "default_tier": default_tier or "baseline"}
 
-    app.include_router(create_router(service, accounts, default_tier))
+    router = create_router(service, accounts, default_tier)
+    app.include_router(router)
+    _answer_unrouted_v1(app, router)
     return app
+
+
+def _answer_unrouted_v1(app: FastAPI, router: APIRouter) -> None:
+    """A /v1 path no route serves gets 405 (with Allow) when other methods serve it, else 404, as JSON. Why: the
+    Gradio UI is mounted at "/" after this app's routes and would otherwise answer both with its own 404."""
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+    @app.api_route("/v1/{path:path}", methods=methods, include_in_schema=False)
+    def unrouted(request: Request) -> JSONResponse:
+        allowed = sorted({method for route in router.routes if isinstance(route, APIRoute)
+                          and route.matches(request.scope)[0] == Match.PARTIAL for method in route.methods})
+        if allowed:
+            return _error(405, f"{request.method} is not allowed here; allowed: {', '.join(allowed)}", None,
+                          "method_not_allowed", {"Allow": ", ".join(allowed)})
+        return _error(404, f"no endpoint {request.url.path}", None, "not_found")

@@ -322,6 +322,11 @@ def test_baseline_is_reused_not_regenerated(studio, reviewed):
     ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": 7, "decision": "accept"}, 400, "reviewer"),
     ("put", "/v1/approval-rule", {"min_reviewers": "2"}, 400, "min_reviewers"),
     ("put", "/v1/approval-rule", {"max_rejects": True}, 400, "max_rejects"),
+    # Bounded requests (issue 19 #13): pages of pairs, exports of at most 1,000 named pairs.
+    ("get", "/v1/pairs?limit=0", None, 400, "limit"),
+    ("get", "/v1/pairs?limit=101", None, 400, "limit"),
+    ("get", "/v1/pairs?after=pair_nope", None, 404, "after"),
+    ("post", "/v1/exports", {"pair_ids": ["pair_nope"] * 1001}, 400, "pair_ids"),
 ])
 def test_bad_requests_name_the_field(studio, method, url, body, status, field):
     # json.dumps escapes a lone surrogate as \ud800, as a JSON client sends it (httpx's own encoder cannot).
@@ -330,6 +335,44 @@ def test_bad_requests_name_the_field(studio, method, url, body, status, field):
     assert response.status_code == status, response.json()
     error = error_of(response)
     assert error["field"] == field and error["message"]
+
+
+def test_malformed_json_names_the_body_and_where_it_breaks(studio):
+    response = studio.client.post("/v1/pairs", content=b'{"prompt": "x",,}',
+                                  headers={"content-type": "application/json"})
+    error = error_of(response)
+    assert (response.status_code, error["field"]) == (400, "body"), error  # was the offset "15"
+    assert "malformed JSON at character 15" in error["message"]
+
+
+def test_pairs_are_listed_a_page_at_a_time(studio, reviewed):
+    client = studio.client
+    everything = [p.id for p in studio.service.store.list_pairs()]
+    assert len(everything) >= 4
+    seen, after = [], None
+    while True:
+        page = client.get("/v1/pairs", params={"limit": 3, **({"after": after} if after else {})}).json()
+        assert len(page["data"]) <= 3
+        seen += [pair["id"] for pair in page["data"]]
+        if not page["has_more"]:
+            break
+        after = page["last_id"]
+    assert seen == everything  # newest first, each pair once
+    assert len(client.get("/v1/pairs").json()["data"]) == min(20, len(everything))  # a default page
+
+
+def test_a_wrong_method_is_405_beside_the_gradio_ui(studio):
+    import gradio as gr
+
+    with gr.Blocks() as ui:
+        gr.Markdown("the UI is mounted at / after the REST routes, as app.py does")
+    app = gr.mount_gradio_app(create_app(studio.service, close_on_shutdown=False), ui, path="/")
+    with TestClient(app) as client:
+        wrong = client.delete("/v1/pairs")
+        assert (wrong.status_code, wrong.headers["allow"]) == (405, "GET, POST")
+        assert error_of(wrong)["type"] == "method_not_allowed"
+        assert client.get("/v1/no-such-thing").status_code == 404 and error_of(client.get("/v1/x"))
+        assert client.get("/").status_code == 200  # the UI still answers its own paths
 
 
 def test_verdict_rules(studio, reviewed):
