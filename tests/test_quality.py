@@ -204,6 +204,25 @@ def test_lpips_unavailable_is_null_with_reason(base_frames, monkeypatch):
     lpips_metric.reset_lpips_cache()
 
 
+def test_lpips_without_torchvision_says_what_is_missing_and_how_to_enable_it(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torchvision(name, *args, **kwargs):
+        if name == "lpips":  # what `import lpips` raises on the CPU install
+            raise ModuleNotFoundError("No module named 'torchvision'", name="torchvision")
+        return real_import(name, *args, **kwargs)
+
+    lpips_metric.reset_lpips_cache()
+    monkeypatch.setattr(builtins, "__import__", no_torchvision)
+    scorer, reason = lpips_metric.load_lpips()
+    monkeypatch.undo()
+    lpips_metric.reset_lpips_cache()
+    assert scorer is None and "ModuleNotFoundError" not in reason
+    assert "torchvision is not installed" in reason and "To enable LPIPS, install" in reason
+
+
 def test_lpips_offline_download_is_null_with_reason(base_frames, monkeypatch):
     def offline(**_kwargs):
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")

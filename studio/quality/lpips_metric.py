@@ -71,11 +71,23 @@ def _build(net: str) -> tuple[LpipsScorer | None, str | None]:
     try:
         import lpips
     except Exception as exc:  # noqa: BLE001 - ImportError in practice; anything failing at import means the same
-        return None, (f"LPIPS unavailable: the lpips package could not be imported ({type(exc).__name__}: {exc}); "
-                      f"it needs torchvision for its {net} backbone")
+        return None, _import_failure(exc, net)
     try:
         model = lpips.LPIPS(net=net, verbose=False)
     except Exception as exc:  # noqa: BLE001 - URLError/OSError offline, RuntimeError for a corrupt download
         return None, (f"LPIPS unavailable: the {net} backbone weights could not be loaded "
                       f"({type(exc).__name__}: {exc}); offline machines need them in the torch hub cache")
     return LpipsScorer(model), None
+
+
+def _import_failure(exc: Exception, net: str) -> str:
+    """Why LPIPS is off and how to turn it on, in words a user acts on (not a bare ModuleNotFoundError)."""
+    import torch
+
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) and exc.name else None
+    why = (f"{missing} is not installed" if missing else f"{type(exc).__name__}: {exc}")
+    return (f"LPIPS unavailable: the lpips package could not be imported ({why}). PSNR, SSIM and the ghost score do "
+            f"not need it. To enable LPIPS, install the torchvision release built for torch {torch.__version__} "
+            f"and lpips (`pip install torchvision==<matching> lpips`; the CPU install leaves torchvision out because "
+            f"PyPI's wheel does not import beside the CPU torch); the {net} backbone weights (233 MB) are fetched "
+            f"into the torch hub cache on first use.")
