@@ -10,6 +10,7 @@ Steps: `steps` counts denoising steps, i.e. transformer forwards. The schedulers
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import asdict, dataclass, field
 
 from engine.errors import RequestError
@@ -86,6 +87,11 @@ def _require_int(name: str, value, low: int, high: int) -> int:
 def _validate_prompt(value) -> str:
     if not isinstance(value, str) or not value.strip():
         raise RequestError("prompt", "must be a non-empty string")
+    control = next((ch for ch in value if unicodedata.category(ch) == "Cc" and ch not in "\t\n\r"), None)
+    if control is not None:
+        raise RequestError("prompt", f"must not contain control characters, got U+{ord(control):04X}")
+    if all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in value):
+        raise RequestError("prompt", "must contain visible text, not only zero-width or formatting characters")
     if len(value) > MAX_PROMPT_CHARS:
         raise RequestError("prompt", f"must be at most {MAX_PROMPT_CHARS} characters, got {len(value)}")
     for token in RESERVED_PROMPT_TOKENS:

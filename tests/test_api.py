@@ -322,6 +322,13 @@ def test_baseline_is_reused_not_regenerated(studio, reviewed):
     ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": 7, "decision": "accept"}, 400, "reviewer"),
     ("put", "/v1/approval-rule", {"min_reviewers": "2"}, 400, "min_reviewers"),
     ("put", "/v1/approval-rule", {"max_rejects": True}, 400, "max_rejects"),
+    # Prompts of nothing visible, or with control characters (issue 19 #13: were accepted).
+    ("post", "/v1/videos", {"prompt": "\u0000"}, 400, "prompt"),
+    ("post", "/v1/videos", {"prompt": "a kite\u0000"}, 400, "prompt"),
+    ("post", "/v1/videos", {"prompt": "\u200b\u200c\u200d"}, 400, "prompt"),
+    ("post", "/v1/videos", {"prompt": "\ufeff \u2060"}, 400, "prompt"),
+    ("post", "/v1/videos", {"prompt": "\u001b[31mred"}, 400, "prompt"),
+    ("post", "/v1/pairs", {"prompt": "\u200b", "tier": "turbo"}, 400, "prompt"),
     # Bounded requests (issue 19 #13): pages of pairs, exports of at most 1,000 named pairs.
     ("get", "/v1/pairs?limit=0", None, 400, "limit"),
     ("get", "/v1/pairs?limit=101", None, 400, "limit"),
