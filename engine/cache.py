@@ -13,11 +13,14 @@ from typing import Callable
 
 import torch
 
+from engine.hooks import ModelHook, add_hook, remove_hook
 from engine.tiers import CacheSpec, TierPlan
+
+CACHE_HOOK = "h3_first_block_cache"
 
 
 class FirstBlockCache:
-    """Wraps the transformer blocks' forwards for one request; `remove()` restores them."""
+    """Hooks the transformer blocks for one request (a `_CacheHook` each); `remove()` takes the hooks off."""
 
     def __init__(self, spec: CacheSpec, plan: TierPlan,
                  measure: Callable[[torch.Tensor, torch.Tensor], float] | None = None):
@@ -35,22 +38,18 @@ class FirstBlockCache:
         self.last_change: float | None = None
 
     def install(self, transformer: torch.nn.Module) -> None:
+        """Register one `_CacheHook` per block (engine/hooks.py), outside any hook already on the block."""
         self.blocks = list(transformer.transformer_blocks)
         if len(self.blocks) < 2:
             return  # one block: nothing behind the first block to skip
         last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):
-            original = block.forward
-            if index == 0:
-                block.forward = self._first(original)
-            elif index == last:
-                block.forward = self._last(original)
-            else:
-                block.forward = self._middle(original)
+            role = self._first if index == 0 else self._last if index == last else self._middle
+            add_hook(block, _CacheHook(role), CACHE_HOOK)
 
     def remove(self) -> None:
         for block in self.blocks:
-            block.__dict__.pop("forward", None)
+            remove_hook(block, CACHE_HOOK)
         self.blocks = []
 
     def begin_step(self, index: int) -> None:
@@ -76,30 +75,33 @@ class FirstBlockCache:
             self.last_change = float(change)
         return self.last_change < self.spec.threshold
 
-    def _first(self, original):
-        def forward(hidden_states, *args, **kwargs):
-            output = original(hidden_states, *args, **kwargs)
-            residual = output - hidden_states
-            self.skip = self._decide(residual)
-            self.consecutive = self.consecutive + 1 if self.skip else 0
-            self.previous_residual = residual
-            self.first_output = output
-            return output
+    def _first(self, original, hidden_states, *args, **kwargs):
+        output = original(hidden_states, *args, **kwargs)
+        residual = output - hidden_states
+        self.skip = self._decide(residual)
+        self.consecutive = self.consecutive + 1 if self.skip else 0
+        self.previous_residual = residual
+        self.first_output = output
+        return output
 
-        return forward
+    def _middle(self, original, hidden_states, *args, **kwargs):
+        return hidden_states if self.skip else original(hidden_states, *args, **kwargs)
 
-    def _middle(self, original):
-        def forward(hidden_states, *args, **kwargs):
-            return hidden_states if self.skip else original(hidden_states, *args, **kwargs)
+    def _last(self, original, hidden_states, *args, **kwargs):
+        if self.skip:
+            return hidden_states + self.tail_residual
+        output = original(hidden_states, *args, **kwargs)
+        self.tail_residual = output - self.first_output
+        return output
 
-        return forward
 
-    def _last(self, original):
-        def forward(hidden_states, *args, **kwargs):
-            if self.skip:
-                return hidden_states + self.tail_residual
-            output = original(hidden_states, *args, **kwargs)
-            self.tail_residual = output - self.first_output
-            return output
+class _CacheHook(ModelHook):
+    """One block's part in the cache: `role(original_forward, hidden_states, ...)` is the cache's _first, _middle
+    or _last."""
 
-        return forward
+    def __init__(self, role: Callable):
+        super().__init__()
+        self.role = role
+
+    def new_forward(self, module: torch.nn.Module, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        return self.role(self.fn_ref.original_forward, hidden_states, *args, **kwargs)

@@ -222,10 +222,8 @@ def _plan_modules(root: torch.nn.Module, name: str) -> list[torch.nn.Module]:
 
 
 def _forward_parameters(module: torch.nn.Module) -> list[str]:
-    forward = type(module).forward
-    # engine.fused replaces the block's forward by a (*args, **kwargs) dispatcher and keeps the stock one on it.
-    forward = getattr(forward, "_h3_stock_forward", forward)
-    return list(inspect.signature(forward).parameters)[1:]
+    # The class's forward: per-request hooks (engine/hooks.py) replace only the instance's.
+    return list(inspect.signature(type(module).forward).parameters)[1:]
 
 
 def _check_dims(x: torch.Tensor, expected: int | None, where: str) -> None:
@@ -236,8 +234,8 @@ def _check_dims(x: torch.Tensor, expected: int | None, where: str) -> None:
 def install_sequence_shards(transformer: torch.nn.Module, ctx: ParallelContext) -> list:
     """Split and gather the packed sequence where `transformer._cp_plan` says, with plain torch module hooks.
 
-    Torch hooks run in `Module.__call__`, outside `forward`, so they compose with the first-block cache (which
-    wraps `block.forward`), LoRA hooks and FSDP2's own hooks. Returns the hook handles.
+    Torch hooks run in `Module.__call__`, outside `forward`, so they compose with the per-block hooks of
+    engine/hooks.py (which replace `block.forward`), LoRA hooks and FSDP2's own hooks. Returns the hook handles.
     """
     from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput
 

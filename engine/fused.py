@@ -12,10 +12,8 @@ instead of RMSNorm + two index_selects + three elementwise ops per half. Attenti
 On CUDA the ops are the Triton kernels in `kernels/`; on CPU they are the torch references, so the fused model
 equals the stock one to fp32 rounding.
 
-How the swap works: at import, `MiniMaxH3TransformerBlock.forward` is replaced once by a dispatcher that runs the
-stock forward unless the instance carries `_h3_fused = True`. Flipping a flag per instance (rather than assigning
-`block.forward`) keeps diffusers hooks working in either order: FirstBlockCache & co. wrap `block.forward`, which
-is the dispatcher whenever they were registered after this module was imported.
+How the swap works: `enable_fused_blocks` registers a `FusedBlockHook` on each block (engine/hooks.py, diffusers'
+HookRegistry); its `new_forward` replaces the block's stock forward and `disable_fused_blocks` removes it by name.
 """
 
 from __future__ import annotations
@@ -23,11 +21,12 @@ from __future__ import annotations
 import torch
 from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3TransformerBlock
 
+from engine.hooks import ModelHook, add_hook, has_hook, remove_hook
 from kernels.norm_modulate import norm_modulate
 from kernels.qk_norm_rope import qk_norm_rope
 from kernels.residual_gate import residual_gate, residual_gate_
 
-_STOCK_FORWARD = getattr(MiniMaxH3TransformerBlock.forward, "_h3_stock_forward", MiniMaxH3TransformerBlock.forward)
+FUSED_HOOK = "h3_fused_block"
 
 
 def _eps(norm: torch.nn.RMSNorm, x: torch.Tensor) -> float:
@@ -61,14 +60,11 @@ def fused_block_forward(
     return residual_gate_(hidden_states, gate_mlp, adaln_indices, ff_output)
 
 
-def _dispatch_forward(self, *args, **kwargs):
-    if getattr(self, "_h3_fused", False):
-        return fused_block_forward(self, *args, **kwargs)
-    return _STOCK_FORWARD(self, *args, **kwargs)
+class FusedBlockHook(ModelHook):
+    """Runs its block on the fused ops (`fused_block_forward`) instead of the stock forward."""
 
-
-_dispatch_forward._h3_stock_forward = _STOCK_FORWARD
-MiniMaxH3TransformerBlock.forward = _dispatch_forward
+    def new_forward(self, module: MiniMaxH3TransformerBlock, *args, **kwargs) -> torch.Tensor:
+        return fused_block_forward(module, *args, **kwargs)
 
 
 def _blocks(transformer) -> list[MiniMaxH3TransformerBlock]:
@@ -79,7 +75,8 @@ def enable_fused_blocks(transformer) -> int:
     """Run every `MiniMaxH3TransformerBlock` of `transformer` on the fused ops. Returns the number of blocks."""
     blocks = _blocks(transformer)
     for block in blocks:
-        block._h3_fused = True
+        if not has_hook(block, FUSED_HOOK):
+            add_hook(block, FusedBlockHook(), FUSED_HOOK)
     return len(blocks)
 
 
@@ -87,13 +84,13 @@ def disable_fused_blocks(transformer) -> int:
     """Back to diffusers' stock block forward (bit-identical to never having enabled). Returns the block count."""
     blocks = _blocks(transformer)
     for block in blocks:
-        block._h3_fused = False
+        remove_hook(block, FUSED_HOOK)
     return len(blocks)
 
 
 def fused_blocks_enabled(transformer) -> bool:
     blocks = _blocks(transformer)
-    return bool(blocks) and all(getattr(b, "_h3_fused", False) for b in blocks)
+    return bool(blocks) and all(has_hook(b, FUSED_HOOK) for b in blocks)
 
 
 def fused_qk_norm_rope(attn, query: torch.Tensor, key: torch.Tensor, rotary_emb):
