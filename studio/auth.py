@@ -2,8 +2,8 @@
 
 The file is either JSON — {"alice": "secret", "root": {"password": "pw", "role": "admin"}, ...} or
 [{"username": "alice", "password": "secret", "role": "reviewer"}, ...] — or plain text with one
-``user:password`` per line (blank lines and lines starting with # are skipped). The user name is the reviewer
-identity recorded with verdicts. Roles: "reviewer" (the default, so files without roles keep working) and
+``user:password`` per line (blank lines and lines starting with # are skipped; spaces around the colon are
+not part of the name or the password). The user name is the reviewer identity recorded with verdicts. Roles: "reviewer" (the default, so files without roles keep working) and
 "admin" (may also delete jobs, cancel other people's jobs and change the approval rule).
 """
 
@@ -96,7 +96,9 @@ def _from_lines(path: Path, text: str) -> dict[str, tuple[str, str]]:
         user, sep, password = line.partition(":")
         if not sep:
             raise AuthFileError(f"auth file {path}, line {number}: expected user:password")
-        accounts[_name(path, user.strip())] = (_password(path, user, password), "reviewer")
+        # "alice: secret" means the password "secret": spaces around the colon are layout (the JSON form keeps
+        # passwords byte for byte).
+        accounts[_name(path, user.strip())] = (_password(path, user, password.strip()), "reviewer")
     return accounts
 
 

@@ -484,6 +484,8 @@ def test_auth_protects_rest_and_names_the_reviewer(tmp_path, studio, reviewed):
         assert (spoof.status_code, error_of(spoof)["field"]) == (403, "reviewer")
     (tmp_path / "users.json").write_text(json.dumps([{"username": "carol", "password": "c4"}]))
     assert load_accounts(tmp_path / "users.json").check("carol", "c4")
+    (tmp_path / "spaced.txt").write_text("dave : d4\n")  # spaces around the colon are layout
+    assert load_accounts(tmp_path / "spaced.txt").check("dave", "d4")
     (tmp_path / "broken.txt").write_text("nocolon\n")
     with pytest.raises(AuthFileError, match="line 1"):
         load_accounts(tmp_path / "broken.txt")
