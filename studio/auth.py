@@ -3,8 +3,9 @@
 The file is either JSON — {"alice": "secret", "root": {"password": "pw", "role": "admin"}, ...} or
 [{"username": "alice", "password": "secret", "role": "reviewer"}, ...] — or plain text with one
 ``user:password`` per line (blank lines and lines starting with # are skipped; spaces around the colon are
-not part of the name or the password). The user name is the reviewer identity recorded with verdicts. Roles: "reviewer" (the default, so files without roles keep working) and
-"admin" (may also delete jobs, cancel other people's jobs and change the approval rule).
+not part of the name or the password). The user name is the reviewer identity recorded with verdicts. Roles:
+"reviewer" (the default, so files without roles keep working) and "admin" (may also delete jobs, cancel other
+people's jobs and change the approval rule).
 """
 
 from __future__ import annotations
