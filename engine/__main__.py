@@ -103,10 +103,12 @@ def _info(args) -> int:
 
 def _tiers(args) -> int:
     from engine.labels import model_untrained
+    from engine.request import ModelLimits, validate_duration
     from engine.tiers import ASSETS, TierTable
 
+    duration = None if args.duration is None else validate_duration(args.duration, ModelLimits(), "duration")
     untrained = model_untrained(args.model or ASSETS / "nano")  # read from its h3_studio.json; no weights loaded
-    print(json.dumps(TierTable.load(args.tiers_file).describe(args.duration, untrained), indent=2))
+    print(json.dumps(TierTable.load(args.tiers_file).describe(duration, untrained), indent=2))
     return 0
 
 

@@ -100,16 +100,17 @@ def _validate_prompt(value) -> str:
     return value
 
 
-def _validate_duration(value, limits: ModelLimits) -> float:
+def validate_duration(value, limits: ModelLimits, field: str = "duration_seconds") -> float:
+    """A clip length in seconds within the model's limits (also for the tier table's --duration and ?duration=)."""
     allowed = f"{limits.min_duration:g}..{limits.max_duration:g} seconds"
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise RequestError("duration_seconds", f"must be a number in {allowed}, got {value!r}")
+        raise RequestError(field, f"must be a number in {allowed}, got {value!r}")
     try:
         seconds = float(value)
     except ValueError:
-        raise RequestError("duration_seconds", f"must be a number in {allowed}, got {value!r}") from None
+        raise RequestError(field, f"must be a number in {allowed}, got {value!r}") from None
     if not math.isfinite(seconds) or not limits.min_duration <= seconds <= limits.max_duration:
-        raise RequestError("duration_seconds", f"must be in {allowed}, got {value!r}")
+        raise RequestError(field, f"must be in {allowed}, got {value!r}")
     return seconds
 
 
@@ -156,7 +157,7 @@ def validate_request(payload: dict, limits: ModelLimits | None = None) -> Genera
         raise RequestError("force", f"must be true or false, got {force!r}")
     return GenerationRequest(
         prompt=_validate_prompt(payload["prompt"]),
-        duration_seconds=_validate_duration(payload.get("duration_seconds", limits.default_duration), limits),
+        duration_seconds=validate_duration(payload.get("duration_seconds", limits.default_duration), limits),
         aspect_ratio=_validate_aspect(payload.get("aspect_ratio", "16:9")),
         short_edge=_validate_short_edge(payload.get("short_edge", limits.default_short_edge)),
         seed=_require_int("seed", payload.get("seed", 42), 0, MAX_SEED),

@@ -35,7 +35,7 @@ from db.records import DECISIONS, REASONS, TERMINAL_STATUSES
 from engine.errors import RequestError
 from engine.labels import model_label
 from engine.interface import RequestPlan
-from engine.request import ASPECT_RATIOS, GenerationRequest
+from engine.request import ASPECT_RATIOS, GenerationRequest, validate_duration
 from studio.export import export_pairs
 from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
@@ -375,9 +375,9 @@ class StudioService:
     def tiers(self, duration: float | None = None) -> list[dict[str, Any]]:
         """The tier picker's rows for a clip of ``duration`` seconds (name, steps, status, available, reason,
         techniques, description, config)."""
-        if duration is not None:
-            duration = self._check_duration(duration)
         engine = self.engine
+        if duration is not None:
+            duration = validate_duration(duration, engine.limits, "duration")
         rows = engine.tiers.describe(duration, model_untrained=engine.untrained)
         if self.remotes is None:
             return rows
@@ -392,15 +392,6 @@ class StudioService:
                 "default_duration": limits.default_duration, "default_short_edge": limits.default_short_edge,
                 "aspect_ratios": list(ASPECT_RATIOS), "decisions": list(DECISIONS), "reasons": list(REASONS),
                 "pod_rate_usd_per_hour": self.config.pod_rate_usd_per_hour}
-
-    def _check_duration(self, value: Any) -> float:
-        try:
-            duration = float(value)
-        except (TypeError, ValueError):
-            raise RequestError("duration", f"must be a number of seconds, got {value!r}") from None
-        if not math.isfinite(duration) or duration <= 0:
-            raise RequestError("duration", f"must be a positive number of seconds, got {value!r}")
-        return duration
 
     # --------------------------------------------------------------------------------------- videos
 

@@ -288,6 +288,8 @@ def test_baseline_is_reused_not_regenerated(studio, reviewed):
     ("get", "/v1/pairs/pair_nope", None, 404, "pair_id"),
     ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "r", "decision": "accept"}, 404, "pair_id"),
     ("get", "/v1/tiers?duration=abc", None, 400, "duration"),
+    ("get", "/v1/tiers?duration=-1", None, 400, "duration"),
+    ("get", "/v1/tiers?duration=100", None, 400, "duration"),  # was 200: the model's limits apply here too
     ("post", "/v1/exports", {"pair_ids": ["pair_nope"]}, 404, "pair_ids"),
     ("post", "/v1/exports", {"pairs": []}, 400, "pairs"),
     # A lone surrogate (JSON "\\ud800" without its pair) in any text field (issue 19 #4: was a 500).
@@ -342,6 +344,14 @@ def test_bad_requests_name_the_field(studio, method, url, body, status, field):
     assert response.status_code == status, response.json()
     error = error_of(response)
     assert error["field"] == field and error["message"]
+
+
+@pytest.mark.parametrize("duration", ["-1", "100", "nan"])
+def test_the_cli_tier_table_refuses_the_durations_rest_refuses(duration, capsys):
+    from engine.__main__ import main as engine_cli
+
+    assert engine_cli(["tiers", "--duration", duration]) == 2  # was 0, with a table for an impossible clip
+    assert capsys.readouterr().err.startswith("error: duration: must be in")
 
 
 def test_malformed_json_names_the_body_and_where_it_breaks(studio):
