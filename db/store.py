@@ -557,6 +557,13 @@ class Store:
             raise NotFound(field, f"no pair {pair_id!r}")
         return row
 
+    def existing_pair_ids(self, pair_ids: list[str]) -> set[str]:
+        """Which of ``pair_ids`` name stored pairs (one query, in chunks below SQLite's variable limit)."""
+        ids = list(dict.fromkeys(pair_ids))
+        chunks = [ids[i:i + 500] for i in range(0, len(ids), 500)]
+        return self._read(lambda s: {pid for chunk in chunks for pid in s.scalars(select(Pair.id).where(
+            Pair.id.in_(chunk)))})
+
     def set_pair_videos(self, pair_id: str, baseline_video_id: str, candidate_video_id: str) -> PairRecord:
         """Attach the baseline and candidate jobs to a pair (a baseline job may serve several pairs)."""
         if baseline_video_id == candidate_video_id:

@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from db.errors import ClipIntegrityError, NotFound, StoreError
-from db.files import atomic_writer
+from db.errors import ClipIntegrityError, ClipMissing, NotFound, StoreError
+from db.files import atomic_writer, clip_relpath
 from db.keys import sha256_hex
 from db.records import ClipRecord, PairRecord, VerdictRecord
 from db.store import Store
@@ -26,6 +26,7 @@ FORMAT = "h3-review-studio-export"
 FORMAT_VERSION = 1
 CHUNK_BYTES = 1 << 20
 SLUG_CHARS = 40
+KEEP_EXPORTS = 10  # zips kept in out_dir (newest first); older ones are deleted after each export
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,16 @@ def export_pairs(store: Store, pair_ids: list[str] | None, out_dir: Path) -> Pat
         _write_text(archive, "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", exported_at)
         _write_text(archive, "SHA256SUMS", _sha256sums(entries), exported_at)
         _write_text(archive, "README.txt", _readme(manifest), exported_at)
+    _prune(out_dir, keep=path)
     return path
+
+
+def _prune(out_dir: Path, keep: Path) -> None:
+    """Delete all but the KEEP_EXPORTS newest zips (``keep``, the one just written, always stays): every export
+    is a fresh copy of its clips, so unpruned they fill the disk."""
+    zips = sorted(out_dir.glob("h3-export-*.zip"), key=lambda z: z.stat().st_mtime_ns, reverse=True)
+    for old in [z for z in zips if z != keep][KEEP_EXPORTS - 1:]:
+        old.unlink(missing_ok=True)
 
 
 # -------------------------------------------------------------------------------------------- selection
@@ -85,7 +95,8 @@ def _select_pairs(store: Store, pair_ids: list[str] | None) -> list[PairRecord]:
         raise StoreError("pair_ids", "must be a list of pair ids")
     wanted = list(dict.fromkeys(pair_ids))  # duplicates would put the same clip in twice
     by_id = {p.id: p for p in approved}
-    unknown = [i for i in wanted if i not in by_id and not _pair_exists(store, i)]
+    known = store.existing_pair_ids([i for i in wanted if i not in by_id])  # one transaction, not one per id
+    unknown = [i for i in wanted if i not in by_id and i not in known]
     if unknown:
         raise NotFound("pair_ids", f"unknown pair(s): {', '.join(unknown)}")
     refused = [i for i in wanted if i not in by_id]
@@ -96,15 +107,6 @@ def _select_pairs(store: Store, pair_ids: list[str] | None) -> list[PairRecord]:
             "in an approved configuration can be exported",
         )
     return [by_id[i] for i in wanted]
-
-
-def _pair_exists(store: Store, pair_id: str) -> bool:
-    """Whether the store knows this pair at all (to tell 'unknown' from 'not approved')."""
-    try:
-        store.get_pair(pair_id)
-    except NotFound:
-        return False
-    return True
 
 
 # ---------------------------------------------------------------------------------------------- entries
@@ -171,7 +173,8 @@ def _pair_manifest(entry: _PairEntry) -> dict[str, Any]:
         "tier_config": pair.tier_config,
         "target": pair.target,
         "configuration_key": pair.configuration_key,
-        "metrics": pair.metrics,
+        # Overlay PNGs stay in the studio (paths on its disk, not in the zip): the summary numbers travel.
+        "metrics": {k: v for k, v in pair.metrics.items() if k != "overlays"} if pair.metrics else pair.metrics,
         "verdicts": [v.as_dict() for v in entry.verdicts],
         **{clip.role: _clip_manifest(clip) for clip in entry.clips},
     }
@@ -268,8 +271,8 @@ def _copy_verified(archive: zipfile.ZipFile, entry: _ClipEntry, exported_at: dat
                 digest.update(chunk)
                 target.write(chunk)
     except FileNotFoundError as exc:
-        raise ClipIntegrityError(f"clip file {entry.clip.path} is missing") from exc
+        raise ClipMissing(f"the file of clip {entry.clip.sha256} ({clip_relpath(entry.clip.sha256)}) is missing "
+                          "from the data dir; nothing was exported") from exc
     if digest.hexdigest() != entry.clip.sha256:
-        raise ClipIntegrityError(
-            f"clip file {entry.clip.path} does not match its sha256 {entry.clip.sha256}; refusing to export it"
-        )
+        raise ClipIntegrityError(f"the file of clip {entry.clip.sha256} ({clip_relpath(entry.clip.sha256)}) no "
+                                 "longer matches its sha256; refusing to export it")

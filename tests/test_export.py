@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -135,3 +136,45 @@ def test_failure_while_writing_leaves_no_partial_zip(
     assert list(out.iterdir()) == [earlier]
     with zipfile.ZipFile(earlier) as archive:
         assert archive.testzip() is None
+
+
+def test_old_exports_are_pruned_the_newest_kept(store: Store, tmp_path: Path) -> None:
+    approve(store)
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = [out / f"h3-export-20260101-0000{n:02d}-3pairs-0000000{n % 10}.zip" for n in range(12)]
+    for age, path in enumerate(reversed(earlier), start=1):  # earlier exports, oldest first
+        path.write_bytes(b"zip")
+        os.utime(path, (1_700_000_000 - age, 1_700_000_000 - age))
+    newest = export_pairs(store, None, out)  # they used to pile up
+    kept = set(out.glob("*.zip"))
+    assert len(kept) == export.KEEP_EXPORTS and newest in kept
+    assert kept == {newest, *earlier[-(export.KEEP_EXPORTS - 1):]}  # the newest of the earlier ones stay
+
+
+def test_manifest_leaves_out_overlay_paths_that_are_not_in_the_zip(store: Store, tmp_path: Path) -> None:
+    pairs = approve(store)
+    overlays = {"heatmap": [str(tmp_path / "data" / "overlays" / f"{i}.png") for i in range(250)]}
+    store.update_pair(pairs[0].id, metrics={"psnr_db": 34.2, "overlays": overlays})
+    with zipfile.ZipFile(export_pairs(store, None, tmp_path / "out")) as archive:
+        text = archive.read("manifest.json").decode()
+    assert ".png" not in text and str(tmp_path) not in text
+    assert json.loads(text)["pairs"][0]["metrics"] == {"psnr_db": 34.2}
+
+
+def test_a_missing_clip_is_named_without_a_server_path(store: Store, tmp_path: Path) -> None:
+    pairs = approve(store)
+    clip = store.get_clip(pairs[0].baseline_clip_sha)
+    clip.path.unlink()
+    with pytest.raises(ClipIntegrityError) as err:
+        export_pairs(store, None, tmp_path / "out")
+    assert clip.sha256 in str(err.value) and str(store.data_dir) not in str(err.value)
+
+
+def test_many_unknown_ids_are_refused_in_one_lookup(store: Store, tmp_path: Path, monkeypatch) -> None:
+    approve(store)
+    lookups = []
+    monkeypatch.setattr(store, "get_pair", lambda pair_id: lookups.append(pair_id))  # the per-id path
+    with pytest.raises(NotFound, match="pair_0"):
+        export_pairs(store, [f"pair_{n}" for n in range(1000)], tmp_path / "out")
+    assert lookups == []
