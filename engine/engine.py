@@ -27,8 +27,8 @@ from engine.cache import FirstBlockCache
 from engine.clip import Clip
 from engine.components import Components, load_components
 from engine.interface import RequestPlan, plan_request, tier_plan
-from engine.media import encode_mp4
 from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
+from engine.media import encode_mp4
 from engine.request import GenerationRequest, ModelLimits
 from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode_text, frames_to_uint8, prepare_noise
 from engine.tiers import TierPlan, TierTable

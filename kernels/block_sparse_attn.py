@@ -26,8 +26,8 @@ import math
 
 import torch
 
-from ._common import HAS_TRITON, KernelUnavailable, jit_cache_size, tl, triton
 from . import tile_select
+from ._common import HAS_TRITON, KernelUnavailable, jit_cache_size, tl, triton
 from .tile_select import (check_layout, num_video_tiles, require_kernels, select_tiles, select_tiles_reference,
                           triton_path)
 
