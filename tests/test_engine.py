@@ -96,6 +96,23 @@ def test_plan_is_what_generate_runs(nano_engine):
     assert plan.request == nano_engine.validate(request)
 
 
+def test_every_engine_implements_the_protocol():
+    """In-process, parallel and remote engines all offer the studio's one door (engine/interface.py)."""
+    from engine.engine import Engine
+    from engine.interface import GenerationEngine, ModelEngine
+    from engine.parallel import ParallelEngine
+    from studio.remote import RemoteTier
+
+    def members(protocol):
+        return {name for name in vars(protocol) if not name.startswith("_")}
+
+    assert members(GenerationEngine) == {"model_id", "model_name", "plan", "generate"}
+    for engine_class in (Engine, ParallelEngine, RemoteTier):
+        assert all(hasattr(engine_class, name) for name in members(GenerationEngine)), engine_class
+    for engine_class in (Engine, ParallelEngine):
+        assert all(hasattr(engine_class, name) for name in members(ModelEngine)), engine_class
+
+
 def test_cancel_flag_stops_denoising_and_engine_keeps_serving(nano_engine):
     from engine.errors import GenerationCancelled
 
