@@ -1,13 +1,13 @@
-"""Per-block techniques as named hooks in diffusers' `HookRegistry` (the registry diffusers' own caches use).
+"""Per-request techniques as named hooks in diffusers' `HookRegistry` (the registry diffusers' caches use).
 
-A technique that changes what a transformer block computes (fused ops: engine/fused.py; first-block cache:
-engine/cache.py) is a `ModelHook` registered on the block under its name, and removed by that name. Hooks wrap in
-registration order: one registered later sees the earlier ones as its `fn_ref.original_forward`, so the engine
-registers the fused ops before the cache and removes them in reverse. The block's class is never patched.
+A technique that changes what a module of the transformer computes is a `ModelHook` registered on that module
+under its name, and removed by that name: the fused ops (engine/fused.py) and the first-block cache
+(engine/cache.py) on the blocks, a LoRA adapter (engine/lora.py) on the Linears. Hooks wrap in registration order:
+one registered later sees the earlier ones as its `fn_ref.original_forward`, so the engine registers the fused ops
+before the cache and removes them in reverse. No class is patched.
 
-Still outside the registry: LoRA (torch forward hooks on the Linears, engine/lora.py), the attention processors
-(diffusers' `set_processor`, engine/attention.py) and the sequence shards (torch pre/post hooks that must compose
-with FSDP2's, engine/distributed.py).
+Still outside the registry: the attention processors (diffusers' own `set_processor`, engine/attention.py) and the
+sequence shards (torch pre/post hooks that compose with FSDP2's, engine/distributed.py).
 """
 
 from __future__ import annotations

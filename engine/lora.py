@@ -8,8 +8,9 @@ because the split assumed equal q/k/v widths, a 5-step LoRA silently matched 0 o
   layouts, the fused-QKV split, the FFN order and the alpha/rank rules are engine/lora_keys.py's),
 - refuses (`LoraError`) any key that maps to nothing, any shape mismatch, and adapters that match 0 layers,
 - reports what matched, the alpha/rank it used and the resulting effective scale (`LoraReport`),
-- applies the adapter *unmerged* through forward hooks, so one process can switch baseline <-> turbo per request;
-  `LoraHandle.remove()` restores the exact base model (bitwise), and `merge()` / `unmerge()` are optional.
+- applies the adapter *unmerged* through hooks on its Linears (engine/hooks.py), so one process can switch
+  baseline <-> turbo per request; `LoraHandle.remove()` restores the exact base model (bitwise), and `merge()` /
+  `unmerge()` are optional.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from engine.hooks import ModelHook, add_hook, remove_hook
 from engine.lora_keys import (LayerDelta, LoraError, LoraReport, alpha_rules, check_path, detect_format, find_linear,
                               linear_layers, map_state_dict, read_header, split_key)
 
@@ -32,8 +34,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["LoraAdapter", "LoraError", "LoraHandle", "LoraReport", "inspect_lora", "load_lora"]
 
+LORA_HOOK = "h3_lora"
+
 # --------------------------------------------------------------------------------------------------------------------
-# Applying: forward hooks, optional merge
+# Applying: hooks on the Linears, optional merge
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -57,7 +61,6 @@ class _Piece:
 class _LiveLayer:
     module: nn.Linear
     pieces: list[_Piece]
-    hook: Any = None
     original_weight: torch.Tensor | None = None  # set while merged
 
 
@@ -73,7 +76,7 @@ def _active_handle(model: nn.Module) -> LoraHandle | None:
 
 
 class LoraHandle:
-    """An adapter applied to a model, unmerged, through forward hooks. Use `remove()` or a `with` block.
+    """An adapter applied to a model, unmerged, through hooks on its Linears. Use `remove()` or a `with` block.
 
     `remove()` leaves the model bitwise identical to before `apply()` (hooks removed, merged weights restored from a
     copy). At scale 0 the hooks return the base output untouched, so the base model is reproduced exactly too.
@@ -85,28 +88,25 @@ class LoraHandle:
         self._layers = layers
         self._removed = False
         for layer in layers:
-            layer.hook = layer.module.register_forward_hook(self._make_hook(layer), with_kwargs=True)
+            add_hook(layer.module, _LoraHook(self, layer), LORA_HOOK)
 
-    def _make_hook(self, layer: _LiveLayer):
-        def hook(module: nn.Linear, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor | None:
-            scale = self.adapter.tier_scale
-            if scale == 0.0 or layer.original_weight is not None:
-                return None  # scale 0 or merged: the base output is already right
-            x = args[0] if args else kwargs["input"]
-            out = output
-            for piece in layer.pieces:
-                piece.sync(module.weight)
-                # (..., in) @ A.T -> (..., rank) @ B.T -> (..., rows); computed in the layer's dtype like peft does.
-                delta = nn.functional.linear(nn.functional.linear(x.to(piece.down.dtype), piece.down), piece.up)
-                delta = delta * (scale * piece.source.factor)
-                if piece.rows is None:
-                    out = out + delta.to(out.dtype)
-                else:
-                    out = out.clone() if out is output else out
-                    out[..., piece.rows] += delta.to(out.dtype)
-            return out
-
-        return hook
+    def _with_delta(self, layer: _LiveLayer, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """The layer's output `output` for input `x` plus this adapter's update (unchanged at scale 0 or merged)."""
+        scale = self.adapter.tier_scale
+        if scale == 0.0 or layer.original_weight is not None:
+            return output  # scale 0 or merged: the base output is already right
+        out = output
+        for piece in layer.pieces:
+            piece.sync(layer.module.weight)
+            # (..., in) @ A.T -> (..., rank) @ B.T -> (..., rows); computed in the layer's dtype like peft does.
+            delta = nn.functional.linear(nn.functional.linear(x.to(piece.down.dtype), piece.down), piece.up)
+            delta = delta * (scale * piece.source.factor)
+            if piece.rows is None:
+                out = out + delta.to(out.dtype)
+            else:
+                out = out.clone() if out is output else out
+                out[..., piece.rows] += delta.to(out.dtype)
+        return out
 
     @property
     def active(self) -> bool:
@@ -165,7 +165,7 @@ class LoraHandle:
             return
         self.unmerge()
         for layer in self._layers:
-            layer.hook.remove()
+            remove_hook(layer.module, LORA_HOOK)
         self._removed = True
         if _active_handle(self.model) is None:
             _ACTIVE.pop(self.model, None)
@@ -180,6 +180,18 @@ class LoraHandle:
 
     def __exit__(self, *exc) -> None:
         self.remove()
+
+
+class _LoraHook(ModelHook):
+    """One Linear's share of an applied adapter (engine/hooks.py): its output plus the low-rank update."""
+
+    def __init__(self, handle: LoraHandle, layer: _LiveLayer):
+        super().__init__()
+        self.handle, self.layer = handle, layer
+
+    def new_forward(self, module: nn.Linear, *args, **kwargs) -> torch.Tensor:
+        output = self.fn_ref.original_forward(*args, **kwargs)
+        return self.handle._with_delta(self.layer, args[0] if args else kwargs["input"], output)
 
 
 class LoraAdapter:

@@ -18,7 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from engine.lora import LoraAdapter, LoraError, LoraReport, inspect_lora, load_lora
+from engine.hooks import has_hook
+from engine.lora import LORA_HOOK, LoraAdapter, LoraError, LoraReport, inspect_lora, load_lora
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers import MiniMaxH3Transformer3DModel  # noqa: E402
@@ -361,7 +362,7 @@ def test_remove_restores_bitwise_and_merge_roundtrip():
     handle.remove()
     handle.remove()  # idempotent
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    assert all(not m._forward_hooks for m in model.modules())
+    assert not any(m._forward_hooks or has_hook(m, LORA_HOOK) for m in model.modules())
     assert torch.equal(run(model), BASE)
 
 
