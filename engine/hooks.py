@@ -7,7 +7,9 @@ one registered later sees the earlier ones as its `fn_ref.original_forward`, so 
 before the cache and removes them in reverse. No class is patched.
 
 Still outside the registry: the attention processors (diffusers' own `set_processor`, engine/attention.py) and the
-sequence shards (torch pre/post hooks that compose with FSDP2's, engine/distributed.py).
+sequence shards (engine/distributed.py). The shards are torch pre/post hooks, run by `Module.__call__` outside
+`forward`, so they stay outside every hook here whatever the registration order: the cache must see this rank's
+rows, and the shards are installed once at load, before any per-request hook.
 """
 
 from __future__ import annotations
