@@ -42,6 +42,10 @@ def test_choosing_another_pair_clears_the_verdict_form(tmp_path):
         first, second = _completed_pair(url, "a red kite"), _completed_pair(url, "a blue boat")
         with browser_page(url) as page:
             open_tab(page, "Review")
+            # Page load selects the newest pair in Compare, and Compare's choice flows on to Review. Wait for that
+            # to land: arriving after the pick below, it switched the pair (and reset the form) under the test.
+            page.wait_for_function("id => document.querySelector('#h3-review-pair input').value.endsWith(id)",
+                                   arg=second[-6:])
             pick(page, "h3-review-pair", first[-6:])
             page.locator("#h3-review-info", has_text="a red kite").wait_for()
             page.locator("#h3-reviewer").locator("textarea, input").first.fill("rita")
