@@ -14,6 +14,39 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
+# Markers (registered in pytest.ini) by module or by test, kept here so a module needs no edit to change tier.
+# "slow": 9 s or more in a --durations run on the shared 2-core CI machine; add a test here when it gets that slow.
+MARKS: dict[str, tuple[str, ...]] = {
+    "tests/test_ui_e2e.py": ("browser", "slow"),
+    "tests/test_review_e2e.py": ("browser", "slow"),
+    "tests/test_kernels_gpu.py": ("gpu",),
+    "tests/test_parallel.py": ("slow",),  # worker process groups
+    "tests/test_remote.py": ("slow",),  # studio servers in subprocesses
+    "tests/test_ghost_calibration.py::test_ghost_detector_calibration": ("slow",),
+    "tests/test_kernels.py::test_triton_interpreter": ("slow",),
+    "tests/test_engine.py::test_baseline_equals_diffusers_modular_pipeline": ("slow",),
+    "tests/test_engine.py::test_same_seed_gives_identical_mp4_bytes": ("slow",),
+    "tests/test_engine.py::test_clip_mp4_and_sidecar": ("slow",),
+    "tests/test_engine.py::test_plan_is_what_generate_runs": ("slow",),
+    "tests/test_engine.py::test_cancel_flag_stops_denoising_and_engine_keeps_serving": ("slow",),
+    "tests/test_engine.py::test_nano_loads_offline_in_a_fresh_process": ("slow",),
+    "tests/test_engine.py::test_cli_generate_writes_mp4_and_sidecar": ("slow",),
+    "tests/test_engine.py::test_cli_broken_model_exits_2": ("slow",),
+    "tests/test_tiers.py::test_sparse_keep_ratio_one_equals_dense": ("slow",),
+    "tests/test_tiers.py::test_three_prompt_lengths_in_one_bucket_compile_once": ("slow",),
+    "tests/test_tiers.py::test_sparse_schedule_records_dense_and_sparse_steps": ("slow",),
+    "tests/test_tiers.py::test_cache_threshold_zero_is_identical_to_no_cache": ("slow",),
+    "tests/test_quality.py::test_cli_mismatch_errors_and_align": ("slow",),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module, _, name = item.nodeid.partition("::")
+        for key in (module, f"{module}::{name.partition('[')[0]}"):
+            for marker in MARKS.get(key, ()):
+                item.add_marker(marker)
+
 
 @pytest.fixture(scope="session")
 def nano_engine():
