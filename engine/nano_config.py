@@ -1,22 +1,25 @@
-"""Configs of the embedded "h3-nano" default: the real MiniMax-H3 architecture at toy size.
+"""The embedded "h3-nano" transformer's config, read from the shipped `assets/nano/transformer/config.json`.
 
-These dicts are the source that `assets/make_nano.py` writes into `assets/nano/*/config.json`. Runtime code
-loads the JSON from disk, never these dicts, so a retrained nano can change them.
+One source: `train/configs.py` defines the architecture the trainer builds, `train/export_nano.py` writes it with
+the weights into `assets/nano/`, and everything else (tests and benches that build random models of the nano's
+shape, e.g. to load the shipped LoRAs onto) reads it back from there.
 """
 
-NANO_TRANSFORMER = dict(
-    num_attention_heads=2,
-    attention_head_dim=32,
-    hidden_size=64,
-    num_layers=2,
-    num_refiner_layers=1,
-    ffn_dim=128,
-    in_channels=4,
-    audio_in_channels=8,
-    patch_size=(1, 2, 2),
-    text_dim=32,
-    freq_dim=32,
-    time_embed_hidden_dim=64,
-    time_embed_dim=32,
-    rope_freq_dim=4,
-)
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+NANO_DIR = Path(__file__).resolve().parent.parent / "assets" / "nano"
+
+
+def _transformer_config() -> dict:
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    config = json.loads((NANO_DIR / "transformer" / "config.json").read_text())
+    accepted = inspect.signature(MiniMaxH3Transformer3DModel.__init__).parameters
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in accepted}
+
+
+NANO_TRANSFORMER = _transformer_config()

@@ -1,9 +1,9 @@
 """Honest weight labels (issue 15 item 5): the "random weights" badge follows the checkpoint's own metadata.
 
-Two cases. The shipped assets as they are today (h3_studio.json says untrained, the LoRAs say h3_untrained="true")
-must show the badge everywhere and never call a LoRA distilled. A temp copy of the model folder and LoRAs marked
-trained (what the lead ships once training lands) must show no badge and call the turbo LoRAs distilled, with no
-code change: the labels come from the files.
+Two cases. A temp copy of the model folder and LoRAs marked random (h3_studio.json says untrained, the LoRAs say
+h3_untrained="true", as the nano shipped before training landed) must show the badge everywhere and never call a
+LoRA distilled. The shipped trained nano (no "untrained", LoRAs h3_untrained="false") must show no badge and call
+the turbo LoRAs distilled, with no code change: the labels come from the files.
 """
 
 from __future__ import annotations
@@ -43,18 +43,27 @@ def _mark_lora(source: Path, target: Path, untrained: str) -> None:
     save_file(load_file(str(source)), str(target), metadata={**metadata, "h3_untrained": untrained})
 
 
-@pytest.fixture(scope="module")
-def trained_assets(tmp_path_factory) -> Path:
-    """A copy of assets/ whose nano and LoRAs are marked trained, as the trained nano will ship."""
-    root = tmp_path_factory.mktemp("assets")
+def _copy_assets(root: Path, untrained: bool) -> Path:
     shutil.copytree(NANO_PATH, root / "nano")
     studio = json.loads((root / "nano" / "h3_studio.json").read_text())
     studio.pop("untrained", None)
-    (root / "nano" / "h3_studio.json").write_text(json.dumps(studio))
+    (root / "nano" / "h3_studio.json").write_text(json.dumps({**studio, **({"untrained": True} if untrained else {})}))
     (root / "loras").mkdir()
     for lora in (ASSETS / "loras").glob("*.safetensors"):
-        _mark_lora(lora, root / "loras" / lora.name, "false")
+        _mark_lora(lora, root / "loras" / lora.name, "true" if untrained else "false")
     return root
+
+
+@pytest.fixture(scope="module")
+def trained_assets(tmp_path_factory) -> Path:
+    """A copy of assets/ whose nano and LoRAs are marked trained (as shipped)."""
+    return _copy_assets(tmp_path_factory.mktemp("assets"), untrained=False)
+
+
+@pytest.fixture(scope="module")
+def random_assets(tmp_path_factory) -> Path:
+    """A copy of assets/ whose nano and LoRAs are marked random, as the untrained nano shipped."""
+    return _copy_assets(tmp_path_factory.mktemp("random_assets"), untrained=True)
 
 
 def _service(tmp_path: Path, engine) -> tuple[StudioService, TestClient]:
@@ -62,20 +71,25 @@ def _service(tmp_path: Path, engine) -> tuple[StudioService, TestClient]:
     return service, TestClient(create_app(service))
 
 
-def test_shipped_random_assets_carry_the_badge_everywhere(nano_engine, tmp_path, capsys):
-    assert model_untrained(NANO_PATH)  # the assets as shipped today; this test is about what they say
-    assert {lora_weights(p) for p in (ASSETS / "loras").glob("*.safetensors")} == {"random"}
+def test_shipped_nano_is_labelled_trained():
+    assert not model_untrained(NANO_PATH)
+    assert {lora_weights(p) for p in (ASSETS / "loras").glob("*.safetensors")} == {"distilled"}
 
-    info = _cli_json(["info"], capsys)
+
+def test_random_assets_carry_the_badge_everywhere(random_assets, tmp_path, capsys, monkeypatch):
+    nano = random_assets / "nano"
+    assert model_untrained(nano)
+    info = _cli_json(["info", "--model", str(nano)], capsys)
     assert info["random_weights"] is True and RANDOM_WEIGHTS in info["weights"]
-    rows = {row["name"]: row for row in _cli_json(["tiers"], capsys)}
+    monkeypatch.setattr(tiers_module, "ASSETS", random_assets)
+    rows = {row["name"]: row for row in _cli_json(["tiers", "--model", str(nano)], capsys)}
     assert all(row["random_weights"] for row in rows.values())  # the model itself is random
     for name in LORA_TIERS:
         assert rows[name]["lora_weights"] == "random"
         assert "distilled" not in rows[name]["description"]
         assert rows[name]["lora_text"].startswith("random weights")
 
-    service, client = _service(tmp_path, nano_engine)
+    service, client = _service(tmp_path, Engine.load(str(nano)))
     with client:
         health = client.get("/health").json()
         assert health["random_weights"] is True

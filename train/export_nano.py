@@ -1,11 +1,11 @@
-"""Assemble a nano model folder (the layout `assets/make_nano.py` writes) from training checkpoints.
+"""Assemble a nano model folder (the layout of assets/nano) from training checkpoints.
 
     python -m train.export_nano CHECKPOINT_DIR OUT_DIR [--loras LORA_OUT_DIR]
 
 transformer/, vae/, audio_vae/ get the trained configs (train/configs.py plus the latent statistics recorded in the
-checkpoint's train_log.json) and float16 weights; text_encoder/, tokenizer/ and both schedulers are copied
-unchanged from assets/nano (the frozen conditioner keeps its model id parts). h3_studio.json says
-"untrained": false. The LoRAs are copied to LORA_OUT_DIR as nano-turbo-9/-5.safetensors (metadata
+checkpoint's train_log.json) and float16 weights; text_encoder/ and tokenizer/ come from --text (the trained
+conditioning of train/text_conditioning.py) or else unchanged from assets/nano; both schedulers are copied.
+h3_studio.json loses "untrained". The LoRAs are copied to LORA_OUT_DIR as nano-turbo-9/-5.safetensors (metadata
 h3_untrained="false", h3_steps). Nothing is written into assets/ unless OUT_DIR points there.
 """
 
@@ -32,8 +32,9 @@ def _build(cls, config: dict, weights: Path, dtype: torch.dtype):
     return model.to(dtype).eval()
 
 
-def export(checkpoints: Path, out: Path, lora_out: Path | None = None) -> dict:
-    """Write the folder; returns {component: bytes}."""
+def export(checkpoints: Path, out: Path, lora_out: Path | None = None, text: Path | None = None) -> dict:
+    """Write the folder; returns {component: bytes}. `text`: a train/text_conditioning.py output folder whose
+    tokenizer/ and text_encoder/ replace the embedded nano's."""
     from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
 
     from train import configs
@@ -55,10 +56,15 @@ def export(checkpoints: Path, out: Path, lora_out: Path | None = None) -> dict:
             shutil.rmtree(target)
         _build(cls, config, checkpoints / file, torch.float16).save_pretrained(target, safe_serialization=True)
     for folder in ("text_encoder", "tokenizer", "scheduler", "audio_scheduler"):
-        if (out / folder).resolve() != (NANO / folder).resolve():
-            shutil.copytree(NANO / folder, out / folder, dirs_exist_ok=True)
+        source = text / folder if text is not None and folder in ("text_encoder", "tokenizer") else NANO / folder
+        if (out / folder).resolve() != source.resolve():
+            if (out / folder).exists():
+                shutil.rmtree(out / folder)
+            shutil.copytree(source, out / folder, ignore=shutil.ignore_patterns("generation_config.json"))
     studio = json.loads((NANO / "h3_studio.json").read_text())
-    studio.update(untrained=False, trained_by="train/train_nano.py", training_log=str(checkpoints / "train_log.json"))
+    studio.pop("untrained", None)
+    studio.update(trained_by="train/train_nano.py (TRAINING.md)",
+                  text_conditioning="train/text_conditioning.py" if text is not None else "frozen random")
     (out / "h3_studio.json").write_text(json.dumps(studio, indent=2) + "\n")
     if lora_out is not None:
         lora_out.mkdir(parents=True, exist_ok=True)
@@ -73,8 +79,9 @@ def main() -> None:
     parser.add_argument("checkpoints", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--loras", type=Path, default=None)
+    parser.add_argument("--text", type=Path, default=None, help="train/text_conditioning.py output folder")
     args = parser.parse_args()
-    sizes = export(args.checkpoints, args.out, args.loras)
+    sizes = export(args.checkpoints, args.out, args.loras, args.text)
     print(f"wrote {args.out}: {sum(sizes.values()) / 1e6:.2f} MB")
 
 

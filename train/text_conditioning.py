@@ -75,7 +75,7 @@ def build_tokenizer(captions: list[str], out_dir: Path):
 
 
 def build_text_encoder(tokenizer, seed: int):
-    """The nano conditioner (same config as assets/make_nano.py, vocabulary sized to `tokenizer`)."""
+    """The nano conditioner: hidden 32, 51 decoder layers (H3 reads hidden_states[50]), vocabulary sized to `tokenizer`."""
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in QWEN_SPECIAL_TOKENS}

@@ -1,0 +1,119 @@
+"""The nano's training pieces that run on CPU: dataset, tracker, audio measures, tokenizer, colour loss, export.
+
+The trained weights themselves are checked by tests/test_nano_trained.py (through the engine) and measured by
+train/verify_nano.py (TRAINING.md).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from train.dataset import (
+    FPS, HELD_OUT, SAMPLE_RATE, all_captions, bounce_times, content_tuples, make_spec, render_audio, render_video,
+    sample_specs,
+)
+from train.metrics import classify_shape, track
+
+
+def _uint8(video: torch.Tensor) -> np.ndarray:
+    return (video * 255).round().to(torch.uint8).numpy()
+
+
+def test_tracker_reads_colour_shape_and_motion_of_rendered_clips():
+    torch.set_num_threads(1)
+    specs = sample_specs(11, 24, "all")
+    hits = np.zeros(3)
+    for spec, frames in zip(specs, _uint8(render_video(specs))):
+        result = track(frames)
+        hits += (result.colour == spec.colour, result.shape == spec.shape, result.motion == spec.motion)
+    assert (hits >= 23).all(), f"colour, shape, motion hits out of 24: {hits}"
+
+
+def test_tracker_finds_nothing_in_a_static_clip():
+    frames = np.full((40, 128, 224, 3), 90, dtype=np.uint8)
+    result = track(frames)
+    assert result.colour is None and result.motion is None and result.shape is None and result.found == 0.0
+
+
+@pytest.mark.parametrize("shape", ["circle", "square", "triangle"])
+def test_shape_classifier_on_exact_masks(shape):
+    spec = make_spec(("white", shape, "left to right", "black"), seed=3)
+    _, coverage = render_video([spec], torch.arange(0, 124, 20), with_mask=True)
+    masks = [m.numpy() > 0.5 for m in coverage[0]]
+    assert classify_shape(masks) == shape
+
+
+def test_held_out_triples_never_reach_training():
+    train = {t[:3] for t in content_tuples("train")}
+    assert not train & set(HELD_OUT)
+    assert {t[:3] for t in content_tuples("heldout")} == set(HELD_OUT)
+    assert {s.colour for s in sample_specs(1, 400, "train")} >= {c for c, _, _ in HELD_OUT}
+
+
+def test_audio_pitch_follows_height_and_clicks_match_bounces():
+    from train.verify_nano import click_times, dominant_pitch, floor_contacts
+
+    spec = make_spec(("red", "circle", "bouncing", "grey"), seed=5)
+    audio = render_audio([spec])[0].numpy()
+    result = track(_uint8(render_video([spec]))[0])
+    pitch = dominant_pitch(audio, SAMPLE_RATE, FPS, len(result.ys))
+    valid = ~np.isnan(pitch) & ~np.isnan(result.ys)
+    assert np.corrcoef(-result.ys[valid], np.log(pitch[valid]))[0, 1] > 0.9
+    truth = bounce_times(spec)
+    clicks = click_times(audio, SAMPLE_RATE)
+    assert len(clicks) == len(truth) and max(abs(a - b) for a, b in zip(clicks, truth)) < 0.01
+    contacts = floor_contacts(result.ys, FPS)
+    assert all(min(abs(c - t) for c in contacts) < 0.05 for t in truth)
+
+
+def test_silent_audio_has_no_clicks_or_pitch():
+    from train.verify_nano import click_times, dominant_pitch
+
+    silence = np.zeros((2, SAMPLE_RATE * 2), dtype=np.float32)
+    assert click_times(silence, SAMPLE_RATE) == []
+    assert np.isnan(dominant_pitch(silence, SAMPLE_RATE, FPS, 10)).all()
+
+
+def test_shape_colour_error_sees_a_hue_shift_the_pixel_loss_barely_sees():
+    from train.train_nano import shape_colour_error
+
+    spec = make_spec(("red", "circle", "up", "black"), seed=2)
+    video, coverage = render_video([spec], torch.arange(0, 8), with_mask=True)
+    assert shape_colour_error(video, video, coverage).item() == 0.0
+    shifted = video.clone()
+    inside = coverage > 0.5
+    shifted[inside] = torch.tensor([0.15, 0.80, 0.20])  # the shape turned green
+    colour = shape_colour_error(shifted, video, coverage).item()
+    pixel = (shifted - video).abs().mean().item()
+    assert colour > 0.4 and colour > 10 * pixel
+
+
+def test_word_level_tokenizer_makes_each_caption_word_one_token(tmp_path):
+    from train.text_conditioning import build_tokenizer
+
+    tokenizer = build_tokenizer(all_captions(), tmp_path / "tokenizer")
+    assert tokenizer.tokenize("a red circle moves left to right") == [
+        "a", "Ġred", "Ġcircle", "Ġmoves", "Ġleft", "Ġto", "Ġright"]
+    unknown = tokenizer("a magenta hexagon zooms", add_special_tokens=False)["input_ids"]
+    assert len(unknown) > 4 and tokenizer.decode(unknown) == "a magenta hexagon zooms"
+    config = json.loads((tmp_path / "tokenizer" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "Qwen2Tokenizer"
+
+
+def test_shipped_text_encoder_separates_prompts():
+    """The shipped conditioning carries the prompt: different content, low cosine (the random encoder: 0.87)."""
+    from engine.components import load_components
+    from train.text_conditioning import SEPARATION_PROMPTS, encode_batch, pooled
+
+    components = load_components(device="cpu")
+    if components.untrained:
+        pytest.skip("the embedded nano is marked untrained")
+    with torch.no_grad():
+        mean, _ = pooled(*encode_batch(components.text_encoder, components.tokenizer, list(SEPARATION_PROMPTS)))
+    unit = torch.nn.functional.normalize(mean, dim=-1)
+    cosine = (unit @ unit.T)[torch.triu_indices(6, 6, 1).unbind()]
+    assert cosine.mean() < 0.3, cosine
