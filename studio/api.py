@@ -523,7 +523,9 @@ def create_app(service: StudioService, accounts: Accounts | None = None,
     def models() -> dict[str, Any]:
         engine = service.engine  # 503 while loading
         return {"model_path": service.model_name, "model_id": engine.model_id, "task_type": "T2VA",
-                "default_tier": default_tier or "baseline"}
+                "default_tier": default_tier or "baseline",
+                # a studio driving this one as a remote sizes unsized requests for this model, not the full H3
+                "default_short_edge": engine.limits.default_short_edge}
 
     router = create_router(service, accounts, default_tier)
     app.include_router(router)

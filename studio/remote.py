@@ -227,6 +227,7 @@ class Health:
     next_check: float = 0.0
     model: str | None = None
     model_id: str | None = None
+    default_short_edge: int | None = None  # the served model's default canvas, when the server says (this studio)
 
 
 class RemoteServer:
@@ -264,10 +265,13 @@ class RemoteServer:
         with self._lock:
             if self.health.ok is False:
                 log.info("%s is healthy again", self.label)
+            edge = info.get("default_short_edge")
             self.health = Health(ok=True, next_check=now + self.retry_s,
                                  model=str(info.get("model_path") or info.get("model") or "unknown"),
                                  model_id=str(info.get("model_id") or info.get("model_path") or info.get("model")
-                                              or "unknown"))
+                                              or "unknown"),
+                                 default_short_edge=edge if isinstance(edge, int) and not isinstance(edge, bool)
+                                 else None)
         return self.health
 
     def _model_card(self) -> dict[str, Any]:
@@ -286,8 +290,8 @@ class RemoteServer:
         with self._lock:
             if not ok and self.health.ok is not False:  # log the change, not every failed re-probe
                 log.warning("%s is unhealthy: %s", self.label, error)
-            self.health = Health(ok=ok, error=error, next_check=now + self.retry_s,
-                                 model=self.health.model, model_id=self.health.model_id)
+            self.health = Health(ok=ok, error=error, next_check=now + self.retry_s, model=self.health.model,
+                                 model_id=self.health.model_id, default_short_edge=self.health.default_short_edge)
 
     def describe(self) -> dict[str, Any]:
         health = self.health
@@ -514,9 +518,11 @@ class RemoteTier:
 
     def plan(self, payload: dict[str, Any] | GenerationRequest) -> RequestPlan:
         """The common input rules with MiniMax-H3's limits (the server checks the rest and its refusal fails the
-        job with its message); the canvas is unknown until the MP4 is back. RemoteUnavailable when no server of
-        the tier is healthy."""
-        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, ModelLimits())
+        job with its message); the canvas is unknown until the MP4 is back. A request that names no short edge
+        gets the served model's default when the server reports one (a studio serving the nano: 128, not the
+        full model's 768). RemoteUnavailable when no server of the tier is healthy."""
+        request = payload if isinstance(payload, GenerationRequest) else \
+            validate_request(payload, self.pool.model_limits(self.tier))
         model_name, model_id = self.pool.model_identity(self.tier)
         return RequestPlan(request, self.pool.tier_config(self.tier, request.steps), None, None,
                            request.duration_seconds, model_id, model_name, remote=True)
@@ -599,14 +605,23 @@ class RemotePool:
                          "config": self.tier_config(tier, None), "remotes": [s.describe() for s in servers]})
         return rows
 
-    def model_identity(self, tier: str) -> tuple[str, str]:
-        """(model name, model id) reported by the tier's healthy servers; probes unknown ones first.
-        RemoteUnavailable when none is healthy."""
+    def model_limits(self, tier: str) -> ModelLimits:
+        """MiniMax-H3's input limits, with the default canvas the tier's healthy servers report (if any)."""
+        edges = {s.health.default_short_edge for s in self._probed(tier) if s.health.ok} - {None}
+        return ModelLimits(default_short_edge=edges.pop()) if len(edges) == 1 else ModelLimits()
+
+    def _probed(self, tier: str) -> list[RemoteServer]:
+        """The tier's servers, each probed once at least."""
         servers = self.servers(tier)
         for server in servers:
             if server.health.ok is None:
                 server.probe()
-        healthy = [s for s in servers if s.health.ok]
+        return servers
+
+    def model_identity(self, tier: str) -> tuple[str, str]:
+        """(model name, model id) reported by the tier's healthy servers; probes unknown ones first.
+        RemoteUnavailable when none is healthy."""
+        healthy = [s for s in self._probed(tier) if s.health.ok]
         if not healthy:
             raise RemoteUnavailable(self._why_none(tier))
         return healthy[0].health.model or "unknown", healthy[0].health.model_id or "unknown"

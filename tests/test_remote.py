@@ -195,7 +195,7 @@ class ScriptedServer:
         if path == "/health":
             return self.script["health"], {"status": "ok" if self.script["health"] == 200 else "loading"}
         if path == "/models":
-            return 200, {"model_path": "stub-h3"}
+            return 200, self.script.get("models", {"model_path": "stub-h3"})
         if method == "POST" and path == "/v1/videos":
             answers = self.script["post"]
             return answers.pop(0) if len(answers) > 1 else answers[0]
@@ -262,6 +262,15 @@ def run_one(pool: RemotePool, cancel=None, progress: list | None = None):
     request = validate_request({"prompt": "a kite", "seed": 9, "tier": "turbo", **TARGET})
     return pool.engine("turbo").generate(RemoteJob(request, pool.tier_config("turbo", None)),
                                          on_step=progress.append if progress is not None else None, cancel=cancel)
+
+
+def test_an_unsized_request_gets_the_served_models_default_canvas(scripted):
+    _, nano = scripted(models={"model_path": "h3-nano", "model_id": "nano", "default_short_edge": 128})
+    assert nano.engine("turbo").plan({"prompt": "a kite", "tier": "turbo"}).request.short_edge == 128  # was 768
+    sized = nano.engine("turbo").plan({"prompt": "a kite", "tier": "turbo", "short_edge": 256})
+    assert sized.request.short_edge == 256
+    _, sglang = scripted()  # an SGLang server does not say: MiniMax-H3's own default
+    assert sglang.engine("turbo").plan({"prompt": "a kite", "tier": "turbo"}).request.short_edge == 768
 
 
 def test_client_speaks_the_protocol_and_records_both_times(scripted):
