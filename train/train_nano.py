@@ -649,13 +649,16 @@ def main(argv=None) -> None:
         run.note(f"resume_{key}", path=str(path))
         return module
 
+    # Read the resumed log before anything is noted: with --mirror pointing at the resume folder (a warm machine's
+    # /tmp/ck), the first note overwrites that log. Run 3 lost the audio VAE's latent statistics that way.
+    log_path = resume / "train_log.json" if resume else None
+    resumed_log = json.loads(log_path.read_text())["phases"] if log_path and log_path.is_file() else {}
+
     def load_vae_config(cls, cfg, key):
-        log_path = resume / "train_log.json" if resume else None
         config = dict(cfg)
-        if log_path and log_path.is_file():
-            logged = json.loads(log_path.read_text())["phases"].get(key, {})
-            if "latents_mean" in logged:
-                config.update(latents_mean=logged["latents_mean"], latents_std=logged["latents_std"])
+        logged = resumed_log.get(key, {})
+        if "latents_mean" in logged:
+            config.update(latents_mean=logged["latents_mean"], latents_std=logged["latents_std"])
         return cls(**config).to(run.device).eval()
 
     vae = None if "video_vae" in phases else resumed(
