@@ -522,10 +522,13 @@ def create_app(service: StudioService, accounts: Accounts | None = None,
     @app.get("/models", tags=["health"], summary="The served model, in SGLang's /models shape")
     def models() -> dict[str, Any]:
         engine = service.engine  # 503 while loading
+        served = default_tier or "baseline"
         return {"model_path": service.model_name, "model_id": engine.model_id, "task_type": "T2VA",
-                "default_tier": default_tier or "baseline",
-                # a studio driving this one as a remote sizes unsized requests for this model, not the full H3
-                "default_short_edge": engine.limits.default_short_edge}
+                "default_tier": served,
+                # what a request that does not say gets here, so a studio driving this one as a remote can send
+                # and record it (the nano's canvas is not the full H3's)
+                "default_short_edge": engine.limits.default_short_edge,
+                "default_steps": next((row["steps"] for row in service.tiers() if row["name"] == served), None)}
 
     router = create_router(service, accounts, default_tier)
     app.include_router(router)

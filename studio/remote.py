@@ -14,6 +14,7 @@ an MP4) ends the one job with a message that names the server; the studio and it
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -227,7 +228,13 @@ class Health:
     next_check: float = 0.0
     model: str | None = None
     model_id: str | None = None
-    default_short_edge: int | None = None  # the served model's default canvas, when the server says (this studio)
+    # What the server runs for a request that does not say, when it tells (this studio's /models does).
+    default_short_edge: int | None = None
+    default_steps: int | None = None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class RemoteServer:
@@ -265,13 +272,12 @@ class RemoteServer:
         with self._lock:
             if self.health.ok is False:
                 log.info("%s is healthy again", self.label)
-            edge = info.get("default_short_edge")
             self.health = Health(ok=True, next_check=now + self.retry_s,
                                  model=str(info.get("model_path") or info.get("model") or "unknown"),
                                  model_id=str(info.get("model_id") or info.get("model_path") or info.get("model")
                                               or "unknown"),
-                                 default_short_edge=edge if isinstance(edge, int) and not isinstance(edge, bool)
-                                 else None)
+                                 default_short_edge=_int_or_none(info.get("default_short_edge")),
+                                 default_steps=_int_or_none(info.get("default_steps")))
         return self.health
 
     def _model_card(self) -> dict[str, Any]:
@@ -290,8 +296,7 @@ class RemoteServer:
         with self._lock:
             if not ok and self.health.ok is not False:  # log the change, not every failed re-probe
                 log.warning("%s is unhealthy: %s", self.label, error)
-            self.health = Health(ok=ok, error=error, next_check=now + self.retry_s, model=self.health.model,
-                                 model_id=self.health.model_id, default_short_edge=self.health.default_short_edge)
+            self.health = dataclasses.replace(self.health, ok=ok, error=error, next_check=now + self.retry_s)
 
     def describe(self) -> dict[str, Any]:
         health = self.health
@@ -520,9 +525,12 @@ class RemoteTier:
         """The common input rules with MiniMax-H3's limits (the server checks the rest and its refusal fails the
         job with its message); the canvas is unknown until the MP4 is back. A request that names no short edge
         gets the served model's default when the server reports one (a studio serving the nano: 128, not the
-        full model's 768). RemoteUnavailable when no server of the tier is healthy."""
-        request = payload if isinstance(payload, GenerationRequest) else \
-            validate_request(payload, self.pool.model_limits(self.tier))
+        full model's 768); so does one without steps on a tier whose remotes name none (it is then sent and
+        recorded). RemoteUnavailable when no server of the tier is healthy."""
+        limits, default_steps = self.pool.model_defaults(self.tier)
+        request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, limits)
+        if request.steps is None and self.pool.servers(self.tier)[0].spec.steps is None and default_steps:
+            request = dataclasses.replace(request, steps=default_steps)  # sent and recorded, not left implicit
         model_name, model_id = self.pool.model_identity(self.tier)
         return RequestPlan(request, self.pool.tier_config(self.tier, request.steps), None, None,
                            request.duration_seconds, model_id, model_name, remote=True)
@@ -560,6 +568,10 @@ class RemotePool:
     def __init__(self, specs: list[RemoteSpec], retry_s: float = 15.0, poll_s: float = 1.0):
         self._servers = {spec.name: RemoteServer(spec, retry_s, poll_s) for spec in specs}
         self.retry_s = retry_s
+        for spec in specs:
+            if spec.steps is None:
+                log.warning("remote %r (tier %s) names no steps: its clips use the step count its server defaults "
+                            "to (recorded as the server's default unless the server reports it)", spec.name, spec.tier)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._prober: threading.Thread | None = None
@@ -605,10 +617,14 @@ class RemotePool:
                          "config": self.tier_config(tier, None), "remotes": [s.describe() for s in servers]})
         return rows
 
-    def model_limits(self, tier: str) -> ModelLimits:
-        """MiniMax-H3's input limits, with the default canvas the tier's healthy servers report (if any)."""
-        edges = {s.health.default_short_edge for s in self._probed(tier) if s.health.ok} - {None}
-        return ModelLimits(default_short_edge=edges.pop()) if len(edges) == 1 else ModelLimits()
+    def model_defaults(self, tier: str) -> tuple[ModelLimits, int | None]:
+        """MiniMax-H3's input limits with the default canvas, and the default step count, that the tier's healthy
+        servers report (when they agree; SGLang servers report neither)."""
+        healthy = [s.health for s in self._probed(tier) if s.health.ok]
+        edges = {h.default_short_edge for h in healthy} - {None}
+        steps = {h.default_steps for h in healthy} - {None}
+        limits = ModelLimits(default_short_edge=edges.pop()) if len(edges) == 1 else ModelLimits()
+        return limits, steps.pop() if len(steps) == 1 else None
 
     def _probed(self, tier: str) -> list[RemoteServer]:
         """The tier's servers, each probed once at least."""

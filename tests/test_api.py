@@ -166,11 +166,13 @@ def test_health_tiers_and_openapi(studio):
     assert health.status_code == 200
     assert health.json()["status"] == "ok"
     assert health.json()["model"] == "h3-nano" and health.json()["model_id"] == studio.engine.model_id
-    # Its default canvas, for a studio that drives this one as a remote (issue 19 #15).
-    assert client.get("/models").json()["default_short_edge"] == studio.engine.limits.default_short_edge == 128
     tiers = {t["name"]: t for t in client.get("/v1/tiers", params={"duration": 5}).json()["data"]}
     assert tiers["baseline"]["available"] and tiers["turbo"]["available"]
     assert not tiers["turbo-sparse"]["available"] and "14" in tiers["turbo-sparse"]["reason"]
+    # What an unsized, step-less request gets here, for a studio that drives this one as a remote (#15).
+    models = client.get("/models").json()
+    assert models["default_short_edge"] == studio.engine.limits.default_short_edge == 128
+    assert models["default_steps"] == tiers["baseline"]["steps"] == 50
     paths = client.get("/openapi.json").json()["paths"]
     for path in ("/v1/videos", "/v1/videos/{video_id}", "/v1/videos/{video_id}/content", "/v1/pairs",
                  "/v1/pairs/{pair_id}/verdicts", "/v1/configurations", "/v1/exports", "/v1/tiers"):

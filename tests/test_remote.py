@@ -273,6 +273,14 @@ def test_an_unsized_request_gets_the_served_models_default_canvas(scripted):
     assert sglang.engine("turbo").plan({"prompt": "a kite", "tier": "turbo"}).request.short_edge == 768
 
 
+def test_a_tier_without_steps_sends_and_records_the_servers_default(scripted, caplog):
+    _, studio_remote = scripted(models={"model_path": "h3-nano", "default_steps": 9})
+    plan = studio_remote.engine("turbo").plan({"prompt": "a kite", "tier": "turbo"})
+    assert plan.request.steps == 9 and plan.tier_config["steps"] == 9  # was None: the server's, unrecorded
+    assert studio_remote.servers("turbo")[0].body(plan.request)["num_inference_steps"] == 10
+    assert "names no steps" in caplog.text  # an SGLang server cannot say: the operator is told at start-up
+
+
 def test_client_speaks_the_protocol_and_records_both_times(scripted):
     server, pool = scripted()
     progress: list = []
