@@ -114,13 +114,18 @@ class MediaDir:
 
     Why a copy: Gradio only serves files from the working directory or the temp dir unless the app is mounted
     with ``allowed_paths``, and the data dir may be anywhere. Files are named by the clip's sha256, so a
-    clip is copied once.
+    clip is copied once. The folders are private to the server's user (0700: the temp dir is shared), and a
+    server starts with an empty one (copies are remade on demand), so they never outgrow one run.
     """
 
     def __init__(self, data_dir: str | Path):
         key = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:12]
-        self.root = Path(tempfile.gettempdir()) / "h3studio-ui" / key
-        self.root.mkdir(parents=True, exist_ok=True)
+        parent = Path(tempfile.gettempdir()) / "h3studio-ui"
+        self.root = parent / key
+        shutil.rmtree(self.root, ignore_errors=True)  # the last run's copies
+        for folder in (parent, self.root):
+            folder.mkdir(mode=0o700, exist_ok=True)
+            folder.chmod(0o700)  # also when an older server made it world-readable
 
     def video(self, sha: str, source: str | Path) -> str:
         target = self.root / f"{sha[:32]}.mp4"

@@ -260,3 +260,24 @@ def test_a_full_disk_while_storing_a_clip_leaves_no_file_and_no_row(tmp_path: Pa
         monkeypatch.undo()
         assert [p for p in (tmp_path / "data" / "clips").rglob("*") if p.is_file()] == []
         assert store.put_clip(fake_mp4("full"), sidecar()).path.is_file()  # space again: it stores
+
+
+# ------------------------------------------------------------------------------------- the UI's copies of clips
+
+
+def test_the_uis_clip_copies_are_private_and_do_not_outlive_a_run(tmp_path: Path, monkeypatch) -> None:
+    import stat
+    import tempfile
+
+    from studio.media_views import MediaDir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(fake_mp4("ui"))
+    first = MediaDir(tmp_path / "data")
+    copy = Path(first.video("ab" * 32, clip))
+    for folder in (first.root, first.root.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder  # was 0755 in the shared temp dir
+    second = MediaDir(tmp_path / "data")  # the next server on this data dir
+    assert second.root == first.root and not copy.exists()  # was never cleaned
