@@ -116,8 +116,8 @@ def track(frames: np.ndarray) -> Track:
     """Track the one moving shape of a clip. `frames`: (T, H, W, 3) uint8 or float in [0, 1].
 
     Two passes: the temporal-median background finds the shape's colour (the median colour of the interiors of the
-    pixels that depart from it); then each frame's shape is the largest region near that colour, which gives the
-    centre and the fill ratio. The median alone cuts a shape that stays on some pixels for most of the clip (a
+    pixels that depart from it); then each frame's shape is the largest region nearer that colour than the
+    background's one or two dominant colours (a checkerboard has two), which gives the centre and the fill ratio. The median alone cuts a shape that stays on some pixels for most of the clip (a
     slow or vertical motion of a large shape), which biased centres and read circles as triangles.
     """
     video = frames.astype(np.float32) / (255.0 if frames.dtype == np.uint8 else 1.0)
@@ -134,11 +134,12 @@ def track(frames: np.ndarray) -> Track:
     if not colours:
         return Track(None, None, None, xs, ys, 0.0, 0.0, 0.0, 0)
     rgb = np.median(np.array(colours), axis=0)
-    masks = _colour_masks(video, rgb)
+    palette = background_palette(background)
+    masks = _colour_masks(video, rgb, palette)
     inside = [frame[mask] for frame, mask in zip(video, masks) if mask is not None]
     if inside:  # refine: the interior pixels' median, no longer mixed with the first pass's edge pixels
         rgb = np.median(np.concatenate(inside), axis=0)
-        masks = _colour_masks(video, rgb)
+        masks = _colour_masks(video, rgb, palette)
     for i, mask in enumerate(masks):
         if mask is not None:
             ys[i], xs[i] = (c.mean() + 0.5 for c in np.nonzero(mask))
@@ -147,15 +148,32 @@ def track(frames: np.ndarray) -> Track:
     return Track(nearest_colour(rgb), motion, shape, xs, ys, float((~np.isnan(xs)).mean()), dx, dy, reversals)
 
 
-def _colour_masks(video: np.ndarray, colour: np.ndarray) -> list[np.ndarray | None]:
-    """Per frame, the largest connected region of pixels nearer `colour` than the frame's background (its spatial
-    median colour); None where that region is under MIN_PIXELS."""
+def background_palette(background: np.ndarray) -> np.ndarray:
+    """(k, 3), k ≤ 2: the most common colour of a background image and, when one is common too (a checkerboard), the
+    most common colour unlike it. Colours are binned to 1/16 to count; each returned colour is its bin's mean."""
+    pixels = background.reshape(-1, 3)
+    bins = np.clip((pixels * 16).astype(int), 0, 15) @ np.array([256, 16, 1])
+    palette = []
+    for _ in range(2):
+        candidates = np.ones(len(pixels), bool)
+        for colour in palette:
+            candidates &= np.abs(pixels - colour).sum(-1) > 0.15
+        if candidates.sum() < 0.2 * len(pixels):
+            break
+        top = np.bincount(bins[candidates]).argmax()
+        palette.append(pixels[candidates & (bins == top)].mean(0))
+    return np.array(palette)
+
+
+def _colour_masks(video: np.ndarray, colour: np.ndarray, palette: np.ndarray) -> list[np.ndarray | None]:
+    """Per frame, the largest connected region of pixels nearer `colour` than every background palette colour;
+    None where that region is under MIN_PIXELS."""
     from scipy import ndimage
 
     masks = []
     for frame in video:
-        background = np.median(frame.reshape(-1, 3), axis=0)
-        near = np.abs(frame - colour).sum(-1) < np.abs(frame - background).sum(-1)
+        to_background = np.min([np.abs(frame - b).sum(-1) for b in palette], axis=0)
+        near = np.abs(frame - colour).sum(-1) < to_background
         labels, count = ndimage.label(near)
         mask = None
         if count:
