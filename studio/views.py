@@ -1,0 +1,179 @@
+"""What the front ends show of a video job and of a pair: `VideoView`, `PairView`, built from stored records.
+
+Views are read models: they are built from the store's records, the queue's live progress and the clip's
+sidecar, never from the engine, so a read stays fast while a clip is being generated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, is_dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from db import ClipRecord, PairRecord, VerdictRecord, VideoRecord
+from db.records import TERMINAL_STATUSES
+from studio.jobs import JobQueue
+from studio.review import baseline_steps, speedup_caveat
+
+__all__ = ["PairView", "VideoView", "clip_cost_usd", "jsonable", "pair_view", "video_view"]
+
+
+@dataclass(frozen=True)
+class VideoView:
+    """A video job as the front ends show it: the stored record, live progress and its clip's details."""
+
+    id: str
+    status: str
+    progress: int
+    tier: str
+    model: str
+    prompt: str
+    seed: int | None
+    width: int | None
+    height: int | None
+    seconds: float | None
+    created_at: datetime
+    completed_at: datetime | None
+    error: str | None
+    inference_time_s: float | None
+    peak_memory_mb: float | None
+    queue_position: int | None  # 0 running, 1.. waiting, None when not in the queue
+    clip_sha: str | None
+    clip_path: Path | None
+    timings: dict[str, float]
+    reused_clip: bool
+    request: dict[str, Any]
+    tokens: int | None = None
+    compiles: dict[str, Any] | None = None  # kernel compile keys this clip used, from its sidecar
+    engine: str = "local"  # "local", or "remote <name>" once a remote server made the clip
+    client_time_s: float | None = None  # remote clips: POST to downloaded MP4, as the studio measured it
+    remote_job: dict[str, Any] | None = None  # the remote server's job once it accepted it: server, video_id
+
+    def as_dict(self) -> dict[str, Any]:
+        return jsonable(asdict(self))
+
+
+@dataclass(frozen=True)
+class PairView:
+    """A pair with everything a reviewer compares: both clips, timings, speed-ups, cost, metrics, verdicts."""
+
+    id: str
+    status: str
+    prompt: str
+    seed: int
+    tier: str
+    tier_config: dict[str, Any]
+    target: dict[str, Any]
+    model_id: str
+    configuration_key: str
+    created_at: datetime
+    updated_at: datetime
+    error: str | None
+    baseline: VideoView | None
+    candidate: VideoView | None
+    baseline_reused: bool
+    speedup: float | None  # baseline inference_time_s / candidate inference_time_s
+    denoise_speedup: float | None  # the same for the denoise stage alone
+    cost_usd: dict[str, float | None]  # per clip at the pod rate
+    metrics: dict[str, Any] | None
+    metrics_status: str  # ok | pending | unavailable | error | not computed
+    metrics_message: str
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    baseline_steps: int | None = None  # the steps the baseline clip ran (its tier's, or an override)
+    speedup_caveat: str | None = None  # set when the speed-up is not against the tier's own baseline
+
+    @property
+    def baseline_video_id(self) -> str | None:
+        return self.baseline.id if self.baseline else None
+
+    @property
+    def candidate_video_id(self) -> str | None:
+        return self.candidate.id if self.candidate else None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = jsonable(asdict(self))
+        data["baseline_video_id"], data["candidate_video_id"] = self.baseline_video_id, self.candidate_video_id
+        return data
+
+
+def video_view(record: VideoRecord, clip: ClipRecord | None, queues: list[JobQueue]) -> VideoView:
+    """A job's view: its record, its clip (None until completed, or when the clip row is gone) and the live
+    progress and position of the queue that holds it, if any."""
+    holder = next((q for q in queues if q.progress(record.id) is not None), None)
+    live = holder.progress(record.id) if holder else None
+    progress = record.progress
+    if live is not None and record.status not in TERMINAL_STATUSES:
+        progress = max(progress, live[1])
+    request = record.request
+    return VideoView(
+        id=record.id, status=record.status, progress=progress, tier=record.tier, model=record.model,
+        prompt=request.get("prompt", ""), seed=request.get("seed"),
+        width=clip.width if clip else request.get("width"), height=clip.height if clip else request.get("height"),
+        seconds=clip.duration_seconds if clip else request.get("seconds"),
+        created_at=record.created_at, completed_at=record.completed_at, error=record.error,
+        inference_time_s=record.inference_time_s, peak_memory_mb=record.peak_memory_mb,
+        queue_position=holder.position(record.id) if holder else None,
+        clip_sha=record.clip_sha, clip_path=clip.path if clip else None,
+        timings=dict(clip.timings) if clip else {}, reused_clip="reused_clip" in request, request=request,
+        tokens=clip.tokens if clip else None, compiles=clip.sidecar.get("compiles") if clip else None,
+        engine=f"remote {clip.sidecar['remote']['name']}" if clip and clip.sidecar.get("remote")
+        else f"remote {record.remote['server']}" if record.remote else request.get("engine", "local"),
+        client_time_s=clip.sidecar.get("client_time_s") if clip else None, remote_job=record.remote,
+    )
+
+
+def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView | None,
+              metrics_status: tuple[str, str], verdicts: list[VerdictRecord], pod_rate_usd_per_hour: float) -> PairView:
+    """A pair's view from its record, its two videos' views, its metrics status (status, message) and verdicts."""
+    status, message = metrics_status
+    return PairView(
+        id=pair.id, status=pair.status, prompt=pair.prompt, seed=pair.seed, tier=pair.tier_name,
+        tier_config=pair.tier_config, target=pair.target, model_id=pair.model_id,
+        configuration_key=pair.configuration_key, created_at=pair.created_at, updated_at=pair.updated_at,
+        error=pair.error, baseline=baseline, candidate=candidate,
+        baseline_reused=bool(baseline and baseline.reused_clip),
+        speedup=_ratio(baseline and baseline.inference_time_s, candidate and candidate.inference_time_s),
+        denoise_speedup=_ratio(baseline and baseline.timings.get("denoise"),
+                               candidate and candidate.timings.get("denoise")),
+        cost_usd={"baseline": clip_cost_usd(baseline and baseline.inference_time_s, pod_rate_usd_per_hour),
+                  "candidate": clip_cost_usd(candidate and candidate.inference_time_s, pod_rate_usd_per_hour)},
+        metrics=pair.metrics, metrics_status=status, metrics_message=message,
+        verdicts=[v.as_dict() for v in verdicts],
+        baseline_steps=baseline_steps(pair.tier_config, baseline), speedup_caveat=speedup_caveat(baseline),
+    )
+
+
+def clip_cost_usd(inference_time_s: float | None, pod_rate_usd_per_hour: float) -> float | None:
+    """Dollars for one clip at the pod rate: inference_time_s × rate / 3600."""
+    if inference_time_s is None:
+        return None
+    return inference_time_s * pod_rate_usd_per_hour / 3600.0
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if not numerator or not denominator:
+        return None
+    return numerator / denominator
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON data: paths and datetimes as strings, numpy scalars as numbers, NaN/inf as None."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return value if isinstance(value, int) or math.isfinite(value) else None
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return jsonable(value.tolist())
+    if is_dataclass(value) and not isinstance(value, type):
+        return jsonable(asdict(value))
+    return str(value)
