@@ -7,7 +7,8 @@ Phases (each writes its checkpoint under --out as soon as it ends, so a killed r
                 space, shape pixels weighted up, small KL. Then per-channel latent mean/std over full clips.
 2. `audio_vae`  AutoencoderKLMiniMaxH3Audio on 1.2 s mono crops: L1 + multi-resolution log-STFT, small KL.
 3. `dit`        MiniMaxH3Transformer3DModel, flow matching on the engine's exact packed t2va layout, with the
-                frozen nano text encoder's outputs precomputed on CPU (train/text_embeds.py). EMA weights are kept.
+                caption embeddings precomputed by the text encoder (--text-table: train/text_conditioning.py writes
+                it for the trained encoder, train/text_embeds.py for a shipped one). EMA weights are kept.
 4. `lora`       9-step and 5-step turbo LoRAs distilled from the 50-step teacher (trajectory distillation: the
                 student's Euler step from a teacher state must land on the teacher's state at its next grid point).
 Live checks after `dit` and `lora` (held-out tracker accuracy, turbo-vs-baseline SSIM) go to train_log.json.
