@@ -1,7 +1,7 @@
 """MP4 in and out with PyAV: H.264 yuv420p video plus AAC stereo audio.
 
-Muxing is deterministic (fixed encoder options, single thread, no timestamps from the wall clock), so the same
-frames and audio always give the same bytes: same seed ⇒ identical MP4.
+Encoder options are fixed and no wall-clock timestamps enter the file, but libx264 has been seen to give different
+bytes for identical frames within one process, so compare clips by their frames and audio, not their MP4 bytes.
 """
 
 from __future__ import annotations

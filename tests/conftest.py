@@ -25,7 +25,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_ghost_calibration.py::test_ghost_detector_calibration": ("slow",),
     "tests/test_kernels.py::test_triton_interpreter": ("slow",),
     "tests/test_engine.py::test_baseline_equals_diffusers_modular_pipeline": ("slow",),
-    "tests/test_engine.py::test_same_seed_gives_identical_mp4_bytes": ("slow",),
+    "tests/test_engine.py::test_same_seed_gives_identical_frames_and_audio": ("slow",),
     "tests/test_engine.py::test_clip_mp4_and_sidecar": ("slow",),
     "tests/test_engine.py::test_plan_is_what_generate_runs": ("slow",),
     "tests/test_engine.py::test_cancel_flag_stops_denoising_and_engine_keeps_serving": ("slow",),

@@ -58,12 +58,16 @@ def test_baseline_equals_diffusers_modular_pipeline(nano_components):
     assert frames.std() > 0.01, "nano output must not be flat"
 
 
-def test_same_seed_gives_identical_mp4_bytes(nano_engine):
+def test_same_seed_gives_identical_frames_and_audio(nano_engine):
+    """Same seed ⇒ identical frames and audio. The MP4 bytes are not compared: libx264 through PyAV gave different
+    bytes for identical frames in one process (seen 2026-12-03 with the trained nano; "threads" options, x264-params
+    and an OpenCV YUV conversion did not pin it), so only the engine's own output is held to bit-exactness."""
     request = {"prompt": PROMPT, "seed": 7, "steps": 4}
     first, second = nano_engine.generate(request), nano_engine.generate(request)
-    assert first.mp4 == second.mp4
+    assert np.array_equal(first.frames, second.frames) and np.array_equal(first.audio, second.audio)
+    assert probe_mp4(first.mp4) == probe_mp4(second.mp4)
     other = nano_engine.generate({**request, "seed": 8})
-    assert other.mp4 != first.mp4
+    assert not np.array_equal(other.frames, first.frames)
 
 
 def test_clip_mp4_and_sidecar(nano_engine, tmp_path):

@@ -7,9 +7,9 @@ with `attention_kwargs={"scale": s}`. Ours must match it to 1e-5.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
+import tempfile
 from dataclasses import FrozenInstanceError
 from pathlib import Path
 
@@ -25,9 +25,12 @@ diffusers = pytest.importorskip("diffusers")
 from diffusers import MiniMaxH3Transformer3DModel  # noqa: E402
 
 from engine.nano_config import NANO_TRANSFORMER  # noqa: E402
+from tests import lora_fixtures  # noqa: E402
+from tests.lora_fixtures import TINY_TRANSFORMER  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-ASSETS = ROOT / "assets" / "loras"
+SHIPPED = ROOT / "assets" / "loras"
+ASSETS = lora_fixtures.write_fixture_loras(Path(tempfile.mkdtemp(prefix="h3_lora_fixtures_")))  # random, two formats
 TOL = 1e-5
 RANK = 4
 BLOCK_TARGETS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
@@ -40,8 +43,9 @@ NANO_LINEARS = 28  # 5 stand-alone + refiner 6 + 2 blocks x 7 + norm_out + 2 hea
 
 
 def make_nano() -> MiniMaxH3Transformer3DModel:
+    """The tiny config the format tests count layers on (the shipped nano is larger: see the shipped-LoRA test)."""
     torch.manual_seed(0)
-    return MiniMaxH3Transformer3DModel(**NANO_TRANSFORMER).eval()
+    return MiniMaxH3Transformer3DModel(**TINY_TRANSFORMER).eval()
 
 
 def packed_inputs() -> dict[str, torch.Tensor]:
@@ -49,7 +53,7 @@ def packed_inputs() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     n_text, n_audio, n_video = 3, 4, 8
     seq = n_text + n_audio + n_video
-    patch_dim = NANO_TRANSFORMER["in_channels"] * math.prod(NANO_TRANSFORMER["patch_size"])
+    patch_dim = TINY_TRANSFORMER["in_channels"] * math.prod(TINY_TRANSFORMER["patch_size"])
     video_pos = torch.stack(torch.meshgrid(torch.arange(2), torch.arange(2), torch.arange(2), indexing="ij"), -1)
     position_ids = torch.cat(
         [
@@ -67,8 +71,8 @@ def packed_inputs() -> dict[str, torch.Tensor]:
     )
     return dict(
         hidden_states=torch.randn(1, n_video, patch_dim, generator=g),
-        audio_hidden_states=torch.randn(1, n_audio, NANO_TRANSFORMER["audio_in_channels"], generator=g),
-        encoder_hidden_states=torch.randn(1, n_text, NANO_TRANSFORMER["text_dim"], generator=g),
+        audio_hidden_states=torch.randn(1, n_audio, TINY_TRANSFORMER["audio_in_channels"], generator=g),
+        encoder_hidden_states=torch.randn(1, n_text, TINY_TRANSFORMER["text_dim"], generator=g),
         timestep=torch.tensor([0.35, 0.8]),  # video/text t, audio t
         timestep_indices=torch.tensor([0] * n_text + [1] * n_audio + [0] * n_video),
         token_tags=torch.tensor([1] * n_text + [2] * n_audio + [0] * n_video),
@@ -243,9 +247,9 @@ def _original_name_pairs(model, seed):
         shapes[f"{prefix}.attn.out_proj"] = (hidden, inner)
         shapes[f"{prefix}.mlp.fc1"] = (2 * ffn, hidden)
         shapes[f"{prefix}.mlp.fc2"] = (hidden, ffn)
-    shapes["blocks.1.adaln_proj.linear"] = (6 * hidden * 3, NANO_TRANSFORMER["time_embed_dim"])
+    shapes["blocks.1.adaln_proj.linear"] = (6 * hidden * 3, TINY_TRANSFORMER["time_embed_dim"])
     shapes["final_layer.video_out"] = (16, hidden)
-    shapes["condition_proj"] = (hidden, NANO_TRANSFORMER["text_dim"])
+    shapes["condition_proj"] = (hidden, TINY_TRANSFORMER["text_dim"])
     return {
         n: (torch.randn(RANK, i, generator=g) / i**0.5, torch.randn(o, RANK, generator=g) * 0.1)
         for n, (o, i) in shapes.items()
@@ -285,7 +289,7 @@ def test_diffsynth_interleaved_qkv_equals_unfused(tmp_path):
     update written unfused in diffusers names, itself checked against native loading.)
     """
     model = make_nano()
-    heads, head_dim = NANO_TRANSFORMER["num_attention_heads"], NANO_TRANSFORMER["attention_head_dim"]
+    heads, head_dim = TINY_TRANSFORMER["num_attention_heads"], TINY_TRANSFORMER["attention_head_dim"]
     pairs = random_pairs(block_shapes(model, ("attn.to_q", "attn.to_k", "attn.to_v")), seed=8)
     sd = {}
     for i in range(2):
@@ -626,22 +630,27 @@ def test_generated_assets_report_and_inspect(tmp_path):
 
 
 def test_generated_assets_are_reproducible_and_sane(tmp_path):
-    spec = importlib.util.spec_from_file_location("make_nano_loras", ROOT / "assets" / "make_nano_loras.py")
-    maker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(maker)
-    shapes = maker.nano_linear_shapes()
-    for stem, (seed, _, alpha, fmt) in maker.LORAS.items():
-        out = tmp_path / f"{stem}.safetensors"
-        maker.save_deterministic(maker.to_state_dict(maker.make_pairs(shapes, seed), fmt, alpha), out, {"x": "y"})
-        committed = load_file(str(ASSETS / f"{stem}.safetensors"))
-        regenerated = load_file(str(out))
-        assert committed.keys() == regenerated.keys()
-        assert all(torch.equal(committed[k], regenerated[k]) for k in committed)
+    again = lora_fixtures.write_fixture_loras(tmp_path)
+    for stem in lora_fixtures.LORAS:
+        assert (again / f"{stem}.safetensors").read_bytes() == (ASSETS / f"{stem}.safetensors").read_bytes()
     # "Small magnitudes": the turbo output moves, but by a few % of the base output.
-    for stem in maker.LORAS:
+    for stem in lora_fixtures.LORAS:
         out, _ = ours(ASSETS / f"{stem}.safetensors")
         change = ((out - BASE).norm() / BASE.norm()).item()
         assert 1e-4 < change < 0.1, (stem, change)
+
+
+def test_shipped_trained_loras_load_fully_onto_the_shipped_nano():
+    """assets/loras: distilled PEFT adapters, rank 8, every one of their layers found on the shipped config."""
+    model = MiniMaxH3Transformer3DModel(**NANO_TRANSFORMER).eval()
+    blocks = NANO_TRANSFORMER["num_layers"]
+    for steps in (9, 5):
+        path = SHIPPED / f"nano-turbo-{steps}.safetensors"
+        info = inspect_lora(path)
+        assert (info["format"], info["rank"], info["steps"], info["untrained"]) == ("peft", 8, steps, False)
+        report = load_lora(path, model).report
+        # q, k, v, out, both FFN linears and the AdaLN projection of every block
+        assert report.matched_layers == 7 * blocks and not report.untrained
 
 
 def test_total_layers_count():

@@ -133,15 +133,20 @@ def test_bucket_padding_is_exact(engine):
 def test_sparse_keep_ratio_one_equals_dense(engine):
     dense = _rows(engine, "dense-bucketed")
     sparse = _rows(engine, "sparse-full")
-    assert all(step["sparse_blocks"] == 2 for step in sparse["steps"])
-    assert torch.allclose(sparse["video_rows"], dense["video_rows"], atol=1e-5, rtol=0)
-    assert torch.allclose(sparse["audio_rows"], dense["audio_rows"], atol=1e-5, rtol=0)
+    blocks = engine.components.transformer.config.num_layers
+    assert all(step["sparse_blocks"] == blocks for step in sparse["steps"])
+    # 20 steps through the trained 6-block nano: the masked-softmax reference and SDPA round differently, and the
+    # sampler carries each step's difference into the next; an attention error would be orders larger.
+    for key in ("video_rows", "audio_rows"):
+        error = (sparse[key] - dense[key]).abs().max() / dense[key].abs().max()
+        assert error < 1e-4, (key, float(error))
 
 
 def test_sparse_schedule_records_dense_and_sparse_steps(engine):
     result = _rows(engine, "sparse-aggressive", force=True)
     steps = result["steps"]
-    assert [s["sparse_blocks"] for s in steps[:2]] == [0, 0] and all(s["sparse_blocks"] == 2 for s in steps[2:])
+    blocks = engine.components.transformer.config.num_layers
+    assert [s["sparse_blocks"] for s in steps[:2]] == [0, 0] and all(s["sparse_blocks"] == blocks for s in steps[2:])
     assert all(s["keep_ratio"] == 0.1 for s in steps[2:])
     dense = _rows(engine, "dense-bucketed")
     assert (result["video_rows"] - dense["video_rows"]).abs().max() > 1e-3, "keep 0.1 must change the output"
@@ -188,7 +193,7 @@ def test_turbo_clip_sidecar_records_lora_and_untrained(nano_engine):
     sidecar = clip.sidecar()
     assert sidecar["tier"] == "turbo" and sidecar["tier_config"]["steps"] == 9 and len(sidecar["steps"]) == 9
     assert 0 < sidecar["lora"]["matched_layers"] <= sidecar["lora"]["total_layers"]
-    assert "lora" in sidecar["untrained"]
+    assert sidecar["untrained"] == []  # the shipped nano and its LoRA are trained (their files say so)
     assert sidecar["tier_config"]["lora"]["path"] == "nano-turbo-9.safetensors"
 
 
@@ -196,8 +201,9 @@ def test_sol_tier_runs_fused_sparse_and_cache_on_cpu(nano_engine):
     clip = nano_engine.generate({"prompt": PROMPT, "seed": 2, "tier": "sol", "steps": 24})
     steps = clip.steps
     assert all(s["sparse_blocks"] == 0 for s in steps[:10])
-    # Block 0 is dense (dense_first_blocks=1); block 1 is sparse unless the cache skipped it.
-    assert all(s["sparse_blocks"] == (0 if s["cache"] == "hit" else 1) for s in steps[10:])
+    # Block 0 is dense (dense_first_blocks=1); the others are sparse unless the cache skipped them.
+    blocks = nano_engine.components.transformer.config.num_layers
+    assert all(s["sparse_blocks"] == (0 if s["cache"] == "hit" else blocks - 1) for s in steps[10:])
     assert {s["cache"] for s in steps} <= {"hit", "miss", "computed (warm-up or last step)"}
     assert clip.padded_tokens % 64 == 0
     assert clip.tier_config["fused"] is True
