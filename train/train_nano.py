@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from train import configs  # noqa: E402
 from train.dataset import (  # noqa: E402
-    BACKGROUNDS, COLOURS, MOTIONS, NUM_FRAMES, NUM_SAMPLES, NUM_TEMPLATES, SHAPES, caption, make_spec,
+    BACKGROUNDS, COLOURS, MOTIONS, NUM_FRAMES, NUM_SAMPLES, NUM_TEMPLATES, SHAPES, caption,
     content_tuples, render_audio, render_video, sample_specs,
 )
 from train.flow import (  # noqa: E402
