@@ -144,7 +144,8 @@ def test_generate_returns_rank0_clip_with_progress(pair, reference):
     assert clip.frames.shape == single.frames.shape and clip.mp4[:12] == single.mp4[:12]
     assert np.abs(clip.frames.astype(int) - single.frames.astype(int)).max() <= 1
     assert clip.model_id == single.model_id and pair.model_id == single.model_id
-    assert pair.components.name == "h3-nano" and pair.components.num_blocks == 2
+    blocks = reference.engine.components.transformer.config.num_layers
+    assert pair.components.name == "h3-nano" and pair.components.num_blocks == blocks
     # The parent plans from rank 0's summary what a single process plans, and what rank 0 ran.
     plan = pair.plan(_payload("baseline"))
     assert plan == reference.engine.plan(_payload("baseline"))
