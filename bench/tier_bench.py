@@ -187,19 +187,23 @@ def measure_blocks(model, inputs, rows, grid, clock, keeps, tiny) -> dict:
     return results
 
 
-def measure_decode(tiny: bool, device: str, clock: Clock) -> dict:
+def measure_decode(tiny: bool, device: str, clock: Clock, requests: list[str]) -> dict:
+    """Video and audio VAE decode ms for each of `requests` (the nano's VAEs at the 5s shape with `tiny`)."""
     from diffusers import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio
 
     if tiny:
-        from assets.make_nano import AUDIO_VAE, VIDEO_VAE
+        from engine.nano_config import NANO_DIR
 
-        vae, audio_vae = AutoencoderKLMiniMaxH3(**VIDEO_VAE), AutoencoderKLMiniMaxH3Audio(**AUDIO_VAE)
-        shapes = {"5s": ((1, 4, 37, 8, 14), (2, 8, 207))}
+        vae = AutoencoderKLMiniMaxH3.from_config(AutoencoderKLMiniMaxH3.load_config(NANO_DIR / "vae"))
+        audio_vae = AutoencoderKLMiniMaxH3Audio.from_config(
+            AutoencoderKLMiniMaxH3Audio.load_config(NANO_DIR / "audio_vae"))
+        shapes = {"5s": ((1, 8, 37, 8, 14), (2, 8, 207))}
     else:
         vae = AutoencoderKLMiniMaxH3().to(device, torch.bfloat16)
         audio_vae = AutoencoderKLMiniMaxH3Audio(latents_mean=[0.0] * 32, latents_std=[1.0] * 32).to(device,
                                                                                                      torch.bfloat16)
         shapes = {name: ((1, 24, frames, 48, 84), (2, 32, audio)) for name, (frames, audio) in REQUESTS.items()}
+    shapes = {name: shape for name, shape in shapes.items() if name in requests}
     dtype = next(vae.parameters()).dtype
     out = {}
     for name, (video_shape, audio_shape) in shapes.items():
@@ -214,29 +218,47 @@ def measure_decode(tiny: bool, device: str, clock: Clock) -> dict:
     return out
 
 
-def compose(blocks: dict, decode: dict, layers: int = 50) -> dict:
-    """Clip seconds per tier, composed from measured parts (see module docstring)."""
-    def step(block_ms: float, first_ms: float | None = None) -> float:
-        first = block_ms if first_ms is None else first_ms
-        return blocks["overhead"] + first + (layers - 1) * block_ms
+def _step_ms(blocks: dict, plan: TierPlan, step: int, dense: str, sparse: str, extra_per_block: float = 0.0,
+             hit: bool = False) -> float:
+    """One transformer forward at `step`: the overhead plus each block's measured cost as the plan runs it.
+    On a cache hit only block 0 runs."""
+    keys = (dense if plan.sparse_at(step, block) is None else sparse for block in range(plan.num_blocks))
+    costs = [blocks[key] + extra_per_block for key in keys]
+    return blocks["overhead"] + (costs[0] if hit else sum(costs))
 
+
+def compose(blocks: dict, decode: dict, layers: int = 50) -> dict:
+    """Clip seconds per tier, composed from measured parts (see module docstring).
+
+    The schedules come from the tier table (`TierPlan.sparse_at`) and the cache's own rules
+    (`engine.cache.most_hits`), so the composition follows the tiers the engine actually runs. Turbo tiers are
+    composed both with the LoRA merged into the weights (what the engine runs: a dense block's cost) and on the
+    unmerged hooks (the measured `lora_dense` block).
+    """
+    from engine.cache import most_hits
+    from engine.tiers import DEFAULT_TIERS
+
+    tiers = {tier.name: tier for tier in DEFAULT_TIERS}
     decode_ms = decode["video_decode_ms"] + decode["audio_decode_ms"]
     lora_delta = blocks["lora_dense"] - blocks["dense"]
-    dense, lora = step(blocks["dense"]), step(blocks["dense"] + lora_delta)
-    fused_dense = step(blocks["fused_dense"])
-    sol_sparse = step(blocks["fused_sparse_0.1"], first_ms=blocks["fused_dense"])  # dense_first_blocks=1
-    cached = blocks["overhead"] + blocks["fused_dense"]  # only block 0 runs on a cache hit
-    sparse_lora = step(blocks["sparse_0.1"] + lora_delta, first_ms=blocks["dense"] + lora_delta)
-    sol_no_hits = 10 * fused_dense + 40 * sol_sparse
-    max_hits = 22  # warm-up 4, max 1 consecutive, last step computed: every other step of 4..48 at most
-    sol_max_hits = 10 * fused_dense + (40 - max_hits) * sol_sparse + max_hits * cached
+
+    def clip(name: str, dense: str, sparse: str, extra: float = 0.0, cache_hits: bool = False) -> float:
+        tier = tiers[name]
+        plan = TierPlan(tier, tier.steps, layers)
+        hits = set(most_hits(plan)) if cache_hits else set()
+        return sum(_step_ms(blocks, plan, step, dense, sparse, extra, step in hits) for step in range(plan.steps))
+
+    sol_sparse = f"fused_sparse_{tiers['sol'].sparse.keep_ratio:g}"
+    sparse = f"sparse_{tiers['turbo-sparse'].sparse.keep_ratio:g}"
     ms = {
-        "baseline": 50 * dense,
-        "turbo": 9 * lora,
-        "turbo-5": 5 * lora,
-        "sol (no cache hits)": sol_no_hits,
-        "sol (max cache hits)": sol_max_hits,
-        "turbo-sparse": lora + 8 * sparse_lora,
+        "baseline": clip("baseline", "dense", "dense"),
+        "turbo": clip("turbo", "dense", "dense"),
+        "turbo (unmerged LoRA hooks)": clip("turbo", "dense", "dense", lora_delta),
+        "turbo-5": clip("turbo-5", "dense", "dense"),
+        "sol (no cache hits)": clip("sol", "fused_dense", sol_sparse),
+        "sol (max cache hits)": clip("sol", "fused_dense", sol_sparse, cache_hits=True),
+        "turbo-sparse": clip("turbo-sparse", "dense", sparse),
+        "turbo-sparse (unmerged LoRA hooks)": clip("turbo-sparse", "dense", sparse, lora_delta),
     }
     return {tier: (value + decode_ms) / 1e3 for tier, value in ms.items()}
 
@@ -262,6 +284,9 @@ def main(argv=None) -> None:
 
     model = build_transformer(args.tiny, device)
     requests = ["5s"] if args.tiny else args.requests.split(",")
+    unknown = [name for name in requests if name not in REQUESTS]
+    if unknown:
+        parser.error(f"--requests: unknown request {unknown[0]!r}; choose from {', '.join(REQUESTS)}")
     for name in requests:
         frames, audio = REQUESTS[name]
         if args.tiny:
@@ -278,8 +303,8 @@ def main(argv=None) -> None:
     del model
     if device == "cuda":
         torch.cuda.empty_cache()
-    result["decode_ms"] = measure_decode(args.tiny, device, clock)
-    for name in result["decode_ms"]:
+    result["decode_ms"] = measure_decode(args.tiny, device, clock, requests)
+    for name in requests:
         result["composed_clip_s_1gpu"][name] = compose(result["blocks_ms"][name], result["decode_ms"][name])
     result["pod_rate_usd_per_hour_4gpu"] = POD_RATE_4GPU
     result["seed_team_4xH100"] = SEED_TEAM

@@ -19,6 +19,25 @@ from engine.tiers import CacheSpec, TierPlan
 CACHE_HOOK = "h3_first_block_cache"
 
 
+def most_hits(plan: TierPlan) -> list[int]:
+    """The steps the cache skips when every change is under the threshold: the most hits its rules allow.
+
+    Same rules as `FirstBlockCache._decide`: a hit needs a step the plan lets the cache skip (after warm-up, never
+    the last), a residual from an earlier step, and fewer than `max_consecutive` hits just before it. Benches use
+    this for the best case instead of counting by hand (sol, 50 steps: hits at 4, 6, ..., 48, so 23).
+    """
+    spec = plan.tier.cache
+    if spec is None:
+        return []
+    hits, consecutive = [], 0
+    for step in range(plan.steps):
+        hit = step > 0 and plan.cache_may_skip(step) and consecutive < spec.max_consecutive
+        consecutive = consecutive + 1 if hit else 0
+        if hit:
+            hits.append(step)
+    return hits
+
+
 class FirstBlockCache:
     """Hooks the transformer blocks for one request (a `_CacheHook` each); `remove()` takes the hooks off."""
 

@@ -1,0 +1,100 @@
+"""The benches' own logic on CPU: tier_bench's composition and request handling (issue 16 item 6)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bench import tier_bench
+from engine.cache import FirstBlockCache, most_hits
+from engine.tiers import DEFAULT_TIERS, CacheSpec, TierPlan, TierSpec
+
+TIERS = {tier.name: tier for tier in DEFAULT_TIERS}
+# Per-block ms in the shape tier_bench measures (values arbitrary but distinct, so a wrong key shows).
+BLOCKS = {"dense": 100.0, "overhead": 10.0, "sparse_0.1": 50.0, "sparse_0.25": 70.0, "fused_dense": 90.0,
+          "fused_sparse_0.1": 40.0, "fused_sparse_0.25": 60.0, "lora_dense": 105.0}
+DECODE = {"video_decode_ms": 1000.0, "audio_decode_ms": 100.0}
+
+
+class _Toy(torch.nn.Module):
+    """A stand-in transformer: `transformer_blocks` of Linears, run in order like the H3 stack."""
+
+    def __init__(self, blocks: int = 4):
+        super().__init__()
+        self.transformer_blocks = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(blocks))
+
+    def forward(self, x):
+        for block in self.transformer_blocks:
+            x = block(x)
+        return x
+
+
+@pytest.mark.parametrize("cache", [CacheSpec(1e9, 4, 1), CacheSpec(1e9, 2, 2), CacheSpec(1e9, 0, 3)])
+def test_most_hits_is_what_the_cache_does_when_every_change_is_small(cache):
+    tier = TierSpec("c", "c", steps=30, cache=cache)
+    plan = TierPlan(tier, tier.steps, 4)
+    model = _Toy()
+    fbc = FirstBlockCache(cache, plan)
+    fbc.install(model)
+    hits = []
+    with torch.no_grad():
+        for step in range(plan.steps):
+            fbc.begin_step(step)
+            model(torch.randn(2, 8))
+            if fbc.step_record() == "hit":
+                hits.append(step)
+    fbc.remove()
+    assert hits == most_hits(plan)
+
+
+def test_sol_allows_23_cache_hits_in_50_steps():
+    plan = TierPlan(TIERS["sol"], 50, 50)
+    hits = most_hits(plan)
+    assert len(hits) == 23 and hits[0] == 4 and hits[-1] == 48
+    assert [h for h in hits if h < TIERS["sol"].sparse.dense_first_steps] == [4, 6, 8]  # hits on dense steps count
+
+
+def test_compose_follows_the_tier_schedules():
+    clip = tier_bench.compose(BLOCKS, DECODE, layers=50)
+    decode = 1100.0
+    step = lambda block, first=None: 10.0 + (block if first is None else first) + 49 * block  # noqa: E731
+    assert clip["baseline"] == pytest.approx((50 * step(100.0) + decode) / 1e3)
+    assert clip["turbo"] == pytest.approx((9 * step(100.0) + decode) / 1e3)  # merged: a dense block's cost
+    assert clip["turbo (unmerged LoRA hooks)"] == pytest.approx((9 * step(105.0) + decode) / 1e3)
+    # sol: 10 dense steps, then block 0 dense and 49 sparse; a hit costs overhead + block 0 (dense, fused).
+    dense, sparse, hit = step(90.0), step(40.0, first=90.0), 10.0 + 90.0
+    assert clip["sol (no cache hits)"] == pytest.approx((10 * dense + 40 * sparse + decode) / 1e3)
+    assert clip["sol (max cache hits)"] == pytest.approx((7 * dense + 20 * sparse + 23 * hit + decode) / 1e3)
+    # turbo-sparse: step 0 dense, then every block sparse (dense_first_blocks = 0).
+    assert clip["turbo-sparse"] == pytest.approx((step(100.0) + 8 * step(50.0) + decode) / 1e3)
+
+
+def test_one_request_runs_to_the_end(tmp_path, monkeypatch):
+    """`--requests 5s` used to crash composing 14.375s, whose decode was measured but whose blocks were not."""
+    monkeypatch.setattr(tier_bench, "build_transformer", lambda tiny, device: object())
+    monkeypatch.setattr(tier_bench, "packed_inputs", lambda model, frames, audio: ({}, 37760))
+    monkeypatch.setattr(tier_bench, "measure_blocks", lambda *args: dict(BLOCKS))
+    monkeypatch.setattr(tier_bench.torch.cuda, "get_device_name", lambda: "stub", raising=False)
+    monkeypatch.setattr(tier_bench.torch.cuda, "empty_cache", lambda: None)
+    seen = []
+
+    def decode(tiny, device, clock, requests):
+        seen.append(list(requests))
+        return {name: dict(DECODE) for name in requests}
+
+    monkeypatch.setattr(tier_bench, "measure_decode", decode)
+    tier_bench.main(["--requests", "5s", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "tier_bench.json").read_text())
+    assert seen == [["5s"]] and list(result["composed_clip_s_1gpu"]) == ["5s"]
+    with pytest.raises(SystemExit) as error:
+        tier_bench.main(["--requests", "7s", "--out", str(tmp_path)])
+    assert error.value.code == 2
+
+
+def test_tiny_decode_measures_only_the_requests_asked_for():
+    clock = tier_bench.Clock("cpu")
+    assert tier_bench.measure_decode(True, "cpu", clock, []) == {}
+    out = tier_bench.measure_decode(True, "cpu", clock, ["5s"])
+    assert list(out) == ["5s"] and out["5s"]["video_decode_ms"] > 0
