@@ -159,7 +159,7 @@ def report(command: str, device_before: str, device_after: str, cold: list[tuple
         f"- Device: {device_before}",
         f"- After the run: {device_after.split(', ', 2)[-1]}",
         f"- Command: `{command}`",
-        "- Server: `python app.py` (REST + the Gradio UI of studio/ui.py at /, embedded h3-nano, fresh data dir), "
+        "- Server: `python app.py` (REST + the Gradio UI of studio/ui/ at /, embedded h3-nano, fresh data dir), "
         "uvicorn on 127.0.0.1, client httpx in a separate process.",
         "",
         f"## Cold start to /health 200 (target ≤ {COLD_TARGET_S:g} s)",

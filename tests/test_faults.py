@@ -269,7 +269,7 @@ def test_the_uis_clip_copies_are_private_and_do_not_outlive_a_run(tmp_path: Path
     import stat
     import tempfile
 
-    from studio.media_views import MediaDir
+    from studio.ui.media import MediaDir
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()

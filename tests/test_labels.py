@@ -24,7 +24,8 @@ from engine.labels import RANDOM_WEIGHTS, lora_weights, model_untrained
 from engine.tiers import ASSETS, TierTable
 from studio.api import create_app
 from studio.service import StudioService
-from studio.ui import _status_html, _tier_card, _tier_choices
+from studio.ui.generate import tier_card_html, tier_choices
+from studio.ui.page import status_html
 
 LORA_TIERS = ("turbo", "turbo-5", "turbo-sparse")
 
@@ -95,11 +96,11 @@ def test_random_assets_carry_the_badge_everywhere(random_assets, tmp_path, capsy
         assert health["random_weights"] is True
         rest_rows = {r["name"]: r for r in client.get("/v1/tiers", params={"duration": 5}).json()["data"]}
         assert rest_rows["turbo"]["lora_weights"] == "random" and rest_rows["baseline"]["random_weights"]
-        assert RANDOM_WEIGHTS in _status_html(service)
-        card = _tier_card(list(rest_rows.values()), "turbo", 5.0)
+        assert RANDOM_WEIGHTS in status_html(service)
+        card = tier_card_html(list(rest_rows.values()), "turbo", 5.0)
         assert RANDOM_WEIGHTS in card and "LoRA: random weights (untrained, not distilled)" in card
         assert "LoRA: distilled" not in card
-        assert all(RANDOM_WEIGHTS in label for label, _ in _tier_choices(list(rest_rows.values())) if "✗" not in label)
+        assert all(RANDOM_WEIGHTS in label for label, _ in tier_choices(list(rest_rows.values())) if "✗" not in label)
 
 
 def test_a_copy_marked_trained_shows_no_badge_and_distilled_loras(trained_assets, tmp_path, capsys, monkeypatch):
@@ -119,8 +120,8 @@ def test_a_copy_marked_trained_shows_no_badge_and_distilled_loras(trained_assets
         assert client.get("/health").json()["random_weights"] is False
         rest_rows = client.get("/v1/tiers", params={"duration": 5}).json()["data"]
         assert not any(row["random_weights"] for row in rest_rows)
-        assert RANDOM_WEIGHTS not in _status_html(service)
-        card = _tier_card(rest_rows, "turbo", 5.0)
+        assert RANDOM_WEIGHTS not in status_html(service)
+        card = tier_card_html(rest_rows, "turbo", 5.0)
         assert RANDOM_WEIGHTS not in card and "LoRA: distilled" in card
 
 

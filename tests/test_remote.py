@@ -35,7 +35,7 @@ from db import Store
 from studio.api import create_app
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemotesFileError, load_remotes, parse_remotes
 from studio.service import ServiceUnavailable, StudioService
-from studio.ui import _tier_card
+from studio.ui.generate import tier_card_html
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 240
@@ -337,7 +337,7 @@ def test_unreachable_server_is_unhealthy_then_retried(scripted):
     row = wait_until(lambda: pool.describe()[0]["health"] == "unhealthy" and pool.describe()[0], 10, what="unhealthy")
     assert "unreachable" in row["error"]
     assert not pool.tier_rows()[0]["available"] and "no healthy server" in pool.tier_rows()[0]["reason"]
-    card = _tier_card(pool.tier_rows(), "turbo", 5.0)  # what the Generate tab shows for the tier
+    card = tier_card_html(pool.tier_rows(), "turbo", 5.0)  # what the Generate tab shows for the tier
     assert "unavailable</span> no healthy server" in card and "stub <code>" in card and "unreachable" in card
     server.start()  # same port: the prober finds it again
     wait_until(lambda: pool.describe()[0]["health"] == "healthy", 10, what="recovery")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from studio.service import StudioService
-from studio.ui import pair_summary_html
-from studio.ui_review import _pair_panel
+from studio.ui.panels import pair_summary_html
+from studio.ui.review import pair_panel
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -49,5 +49,5 @@ def test_review_panel_reports_the_configuration_for_a_pair_without_verdicts(serv
     reviewed, fresh = make_pair(service, baseline_steps=1), make_pair(service, baseline_steps=1)
     assert reviewed.configuration_key == fresh.configuration_key and reviewed.id != fresh.id
     service.add_verdict(reviewed.id, "ana", "accept")
-    panel, history = _pair_panel(service, fresh.id)
+    panel, history = pair_panel(service, fresh.id)
     assert history == [] and "no verdicts yet" not in panel and "1 accepts" in panel

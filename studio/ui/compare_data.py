@@ -1,8 +1,8 @@
-"""The compare view's data: frames of both clips in lockstep, per-frame metrics, overlays, summary and gates.
+"""What the Compare tab reads of a pair: both clips' frames in lockstep, per-frame metric series, overlays.
 
-Nothing here invents a number. Per-frame series and gates come from the pair's stored quality summary (made by
+Nothing here invents a number. Per-frame series come from the pair's stored quality summary (made by
 studio/quality); heatmaps and ghost overlays are rendered by studio/quality from the two decoded frames. When the
-quality module (or one of its functions) is missing, the panel says "… not yet available" instead.
+quality module (or one of its functions) is missing, the view says "… not yet available" instead.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import cv2
 import numpy as np
 
-from studio.media_views import ClipCache, display_frame
+from studio.ui.media import ClipCache, display_frame
 
 # Per-frame series the plots know, in display order: (key in the summary, label, unit, worse is higher?).
 SERIES = (
@@ -69,7 +69,7 @@ class FrameSeries:
             return None
         hi = len(series) - 1 if hi is None else min(hi, len(series) - 1)
         higher_is_worse = next(worse for k, _, _, worse in SERIES if k == key)
-        scored = [(v if higher_is_worse else -v, i) for i, v in enumerate(series) if lo <= i <= hi and _finite(v)]
+        scored = [(v if higher_is_worse else -v, i) for i, v in enumerate(series) if lo <= i <= hi and finite(v)]
         return max(scored)[1] if scored else None
 
     def default_worst_key(self) -> str | None:
@@ -86,12 +86,12 @@ class FrameSeries:
         rows = []
         for key, label, unit, _ in SERIES:
             for index, value in enumerate(self.values.get(key, [])):
-                if _finite(value):
+                if finite(value):
                     rows.append({"frame": index, "metric": f"{label} ({unit})" if unit else label, "value": value})
         return rows
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -102,7 +102,7 @@ def frame_series(metrics: dict[str, Any] | None) -> FrameSeries:
     if not metrics:
         return FrameSeries({})
     pick = metrics.get("worst_frame")
-    pick = int(pick) if _finite(pick) else None
+    pick = int(pick) if finite(pick) else None
     found: dict[str, list] = {}
     per_frame = metrics.get("per_frame")
     if isinstance(per_frame, dict):
@@ -123,8 +123,8 @@ def frame_series(metrics: dict[str, Any] | None) -> FrameSeries:
     for key, aliases in SERIES_ALIASES.items():
         for alias in aliases:
             series = found.get(alias)
-            if isinstance(series, list) and any(_finite(v) for v in series) and all(
-                    v is None or _finite(v) for v in series):
+            if isinstance(series, list) and any(finite(v) for v in series) and all(
+                    v is None or finite(v) for v in series):
                 values[key] = [None if v is None else float(v) for v in series]
                 break
     return FrameSeries(values, flagged, pick)
@@ -171,7 +171,7 @@ class Overlays:
         rows = (metrics or {}).get("per_frame")
         row = rows[frame] if isinstance(rows, list) and frame < len(rows) and isinstance(rows[frame], dict) else {}
         text = "The baseline frame; magenta (outlined) marks where the detector found a faint second copy."
-        if _finite(row.get("ghost_score")):
+        if finite(row.get("ghost_score")):
             text += (f" This frame: ghost opacity {row['ghost_score']:.3g}"
                      + (f", lag {row['ghost_lag']} frames" if row.get("ghost_lag") else "")
                      + (f", offset {row['ghost_displacement_px']:g} px" if row.get("ghost_displacement_px") else "")
@@ -211,106 +211,7 @@ def pair_ready(pair) -> bool:
     return bool(pair and pair.baseline and pair.candidate and pair.baseline.clip_path and pair.candidate.clip_path)
 
 
-# ------------------------------------------------------------------------------------------ summary
-
-
-def _fmt(value: Any, digits: int = 4) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if value is None:
-        return "—"
-    if isinstance(value, int):
-        return str(value)
-    if _finite(value):
-        value = value + 0.0  # -0.0 → 0.0
-        return f"{value:.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(_finite(v) for v in value):
-        return f"{value[0]:.{digits}g} – {value[1]:.{digits}g}"
-    return html.escape(str(value))
-
-
-def gates_of(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """Gates as rows {name, passed, value, threshold}, from a {name: {...}} mapping or a list of dicts."""
-    gates = metrics.get("gates")
-    rows = []
-    if isinstance(gates, dict):
-        for name, gate in gates.items():
-            gate = gate if isinstance(gate, dict) else {"passed": gate}
-            rows.append({"name": name, **gate})
-    elif isinstance(gates, list):
-        rows = [dict(g) for g in gates if isinstance(g, dict)]
-    for row in rows:
-        passed = row.get("passed", row.get("pass", row.get("ok")))
-        row["passed"] = passed if isinstance(passed, bool) else None
-        row.setdefault("name", row.get("gate", "?"))
-    return rows
-
-
-def suggestion_of(metrics: dict[str, Any]) -> tuple[str | None, str]:
-    """The quality module's suggested verdict and its reason, if it made one."""
-    for key in ("suggested_verdict", "suggestion", "verdict_suggestion", "suggested"):
-        value = metrics.get(key)
-        if isinstance(value, dict):
-            return (str(value.get("decision") or value.get("verdict") or "") or None,
-                    str(value.get("reason") or value.get("reasons") or ""))
-        if isinstance(value, str) and value:
-            reasons = metrics.get("suggestion_reasons") or metrics.get("suggestion_reason") or ""
-            return value, "; ".join(map(str, reasons)) if isinstance(reasons, list) else str(reasons)
-    return None, ""
-
-
-SUMMARY_SKIP = {"per_frame", "gates", "overlays", "ghost", "suggested_verdict", "suggestion", "verdict_suggestion",
-                "suggested", "suggestion_reason", "suggestion_reasons", "error",
-                # OverlayCache bookkeeping, not measurements
-                "diff_pngs", "ghost_pngs", "directory", "summary_path", "computed"}
-
-
-def quality_html(pair) -> str:
-    """Summary numbers, gates and the suggested verdict, labelled as a machine suggestion."""
-    status, message = pair.metrics_status, pair.metrics_message
-    if status != "ok" or not pair.metrics:
-        note = {"unavailable": f"Quality metrics {NOT_AVAILABLE}.",
-                "pending": "Quality metrics are computed once both clips exist.",
-                "not computed": "Quality metrics were not computed for this pair yet (use “Compute metrics”).",
-                "error": f"The quality comparison failed: {html.escape(message)}"}.get(status, html.escape(message))
-        return f'<div class="h3-panel"><b>Quality summary</b><p>{note}</p></div>'
-    metrics = pair.metrics
-    scalars = [(k, v) for k, v in metrics.items() if k not in SUMMARY_SKIP and not isinstance(v, (dict, list))]
-    for block in ("ghost", "audio"):  # nested blocks: flatten one level ("audio desync_ms", …)
-        nested = metrics.get(block) if isinstance(metrics.get(block), dict) else {}
-        scalars += [(f"{block} {k}", v) for k, v in nested.items() if not isinstance(v, (dict, list))]
-    # Sentences (e.g. why LPIPS did not run) go under the table; numbers two pairs per row beside the plots.
-    notes = "".join(f"<p><small>{html.escape(str(k))}: {html.escape(v)}</small></p>" for k, v in scalars
-                    if isinstance(v, str) and len(v) > 24)
-    scalars = [(k, v) for k, v in scalars if not (isinstance(v, str) and len(v) > 24)]
-    pairs = [f"<td>{html.escape(str(k))}</td><td><b>{_fmt(v)}</b></td>" for k, v in scalars]
-    cells = "".join(f"<tr>{''.join(pairs[i:i + 2])}</tr>" for i in range(0, len(pairs), 2))
-    gate_rows = "".join(_gate_row(g) for g in gates_of(metrics))
-    gates = (f"<table class='h3-table'><tr><th>gate</th><th>result</th><th>value</th><th>threshold</th></tr>"
-             f"{gate_rows}</table>") if gate_rows else "<p>No gates in the quality summary.</p>"
-    return (f'<div class="h3-panel"><b>Quality summary</b> (from the stored clips)'
-            f"<table class='h3-table'>{cells}</table>{notes}<b>Gates</b>{gates}{suggestion_html(metrics)}</div>")
-
-
-def _gate_row(gate: dict[str, Any]) -> str:
-    passed = gate["passed"]
-    threshold = next((gate[k] for k in ("threshold", "limit", "range", "bounds") if k in gate), None)
-    # passed None: recorded but not gated (e.g. PSNR), or not evaluated (e.g. LPIPS offline).
-    mark = {True: "<span class='h3-pass'>pass</span>", False: "<span class='h3-fail'>FAIL</span>"}.get(
-        passed, "recorded, not gated" if threshold is None else "not evaluated")
-    value = gate.get("value", gate.get("measured", ""))
-    return (f"<tr><td>{html.escape(str(gate['name']))}</td><td>{mark}</td><td>{_fmt(value)}</td>"
-            f"<td>{'' if threshold is None else _fmt(threshold)}</td></tr>")
-
-
-def suggestion_html(metrics: dict[str, Any]) -> str:
-    decision, reason = suggestion_of(metrics)
-    if decision is None:
-        return "<p class='h3-suggestion'>No suggested verdict in the quality summary.</p>"
-    return (f"<div class='h3-suggestion'><b>Suggested by the metrics (not a verdict):</b> "
-            f"{html.escape(decision)}{' — ' + html.escape(reason) if reason else ''}<br>"
-            f"<small>Metrics passed the ghosted sparse clip before; only a reviewer's verdict in the Review tab "
-            f"counts.</small></div>")
+# ------------------------------------------------------------------------------------------ readout
 
 
 def frame_readout(series: FrameSeries, frame: int, frames: int, fps: float) -> str:
@@ -318,7 +219,7 @@ def frame_readout(series: FrameSeries, frame: int, frames: int, fps: float) -> s
     values = series.at(frame)
     parts = [f"<b>frame {frame}</b> / {frames - 1}", f"{(frame + 0.5) / fps:.3f} s"]
     for key, label, unit, _ in SERIES:
-        if key in values and _finite(values[key]):
+        if key in values and finite(values[key]):
             worst = series.worst(key)
             parts.append(f"{label} {values[key]:.4g}{' ' + unit if unit else ''}"
                          f"{' <b>(worst)</b>' if worst == frame else ''}")
@@ -338,34 +239,11 @@ def worst_frames_table(series: FrameSeries, key: str | None, count: int = 10) ->
     if key is None or not series.values.get(key):
         return []
     higher_is_worse = next(worse for k, _, _, worse in SERIES if k == key)
-    indexed = [(v, i) for i, v in enumerate(series.values[key]) if _finite(v)]
+    indexed = [(v, i) for i, v in enumerate(series.values[key]) if finite(v)]
     indexed.sort(reverse=higher_is_worse)
     rows = []
     for _, index in indexed[:count]:
         values = series.at(index)
-        rows.append([index] + [None if not _finite(values.get(k)) else round(values[k], 4)
+        rows.append([index] + [None if not finite(values.get(k)) else round(values[k], 4)
                                for k, _, _, _ in SERIES if k in series.values])
     return rows
-
-
-def config_html(view) -> str:
-    """The exact tier configuration under review (what a verdict will be stored against)."""
-    config = view.tier_config
-    parts = [f"steps {config.get('steps')}"]
-    if config.get("lora"):
-        parts.append(f"LoRA {config['lora'].get('path')} ×{config['lora'].get('scale')}")
-    if config.get("sparse"):
-        sparse = config["sparse"]
-        parts.append(f"sparse keep {sparse.get('keep_ratio')} (dense first {sparse.get('dense_first_steps')} steps, "
-                     f"{sparse.get('dense_first_blocks')} blocks)")
-    if config.get("cache"):
-        parts.append(f"first-block cache {config['cache'].get('threshold')}")
-    if config.get("fused"):
-        parts.append("fused kernels")
-    if config.get("baseline"):  # pairs made since the key covers the baseline and the canvas
-        parts.append(f"judged against a {config['baseline'].get('steps')}-step baseline")
-    canvas = config.get("canvas") or {}
-    if canvas.get("width"):
-        parts.append(f"canvas {canvas['width']}×{canvas['height']}")
-    return (f"<div class='h3-panel'><b>Configuration</b> <code>{view.configuration_key[:12]}</code>: "
-            f"{html.escape(' · '.join(parts))} · prompt “{html.escape(view.prompt)}”</div>")

@@ -1,0 +1,320 @@
+"""The Generate tab: a prompt, a duration, an aspect ratio, a seed and an accelerated tier make one same-seed
+pair (baseline and accelerated clip), with progress by denoising step, per-stage timings and both videos.
+
+The tier picker shows every tier's availability at the chosen duration with the reason when not. Errors users can
+cause arrive as RequestError / StoreError naming a field and are shown next to that field (FIELD_SLOTS).
+"""
+
+from __future__ import annotations
+
+import html
+import random
+import time
+from typing import Any
+
+import gradio as gr
+
+from db.errors import StoreError
+from engine.errors import RequestError
+from engine.labels import RANDOM_WEIGHTS
+from studio.jobs import QueueFull
+from studio.service import ServiceUnavailable, StudioService
+from studio.ui.common import error_html, random_badge
+from studio.ui.media import MediaDir
+from studio.ui.panels import pair_summary_html
+
+POLL_S = 0.3
+GENERATE_CONCURRENCY = 4  # waiting handlers only poll; the job queue runs one engine job at a time
+STAGES = ("validate", "encode_text", "plan", "prepare_noise", "denoise", "decode_video", "decode_audio", "mux")
+SEED_RANGE = 2**31 - 1
+
+
+def _lora_html(row: dict[str, Any]) -> str:
+    """What the tier's LoRA is, from its own metadata: distilled, random, or unlabelled."""
+    return f"<br>LoRA: {html.escape(row['lora_text'])}" if row.get("lora_text") else ""
+
+
+def tier_rows(service: StudioService, duration: float) -> list[dict[str, Any]]:
+    try:
+        return service.tiers(duration)
+    except (ServiceUnavailable, RequestError):
+        return []
+
+
+def _tier_label(row: dict[str, Any]) -> str:
+    label = f"{row['name']} — {_steps_text(row)} · {', '.join(row['techniques'])} · {row['status']}"
+    label += f" · {RANDOM_WEIGHTS}" if row.get("random_weights") else ""
+    why = "no healthy server" if row["status"] == "remote" else "unavailable at this duration"
+    return label if row["available"] else f"✗ {row['name']} — {why}"
+
+
+def tier_choices(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Candidate tiers (the baseline is the other side of every pair), available ones first."""
+    rows = [r for r in rows if r["name"] != "baseline"]
+    return [(_tier_label(r), r["name"]) for r in sorted(rows, key=lambda r: not r["available"])]
+
+
+def _steps_text(row: dict[str, Any]) -> str:
+    return f"{row['steps']} steps" if row["steps"] else "server's default steps"  # a remote tier may not say
+
+
+def _servers_html(row: dict[str, Any]) -> str:
+    """A remote tier's servers: health, jobs in flight, last error."""
+    lines = [f"{html.escape(r['name'])} <code>{html.escape(r['url'])}</code>: {html.escape(r['health'])}, "
+             f"{r['busy']} in flight" + (f" · <small>{html.escape(r['error'])}</small>" if r.get("error") else "")
+             for r in row.get("remotes", [])]
+    return "<br>servers: " + "<br>".join(lines) if lines else ""
+
+
+def tier_card_html(rows: list[dict[str, Any]], name: str | None, duration: float) -> str:
+    """The chosen tier in full, then every tier's availability at this duration with the reason when not."""
+    if not rows:
+        return "<div class='h3-panel'>Loading tiers… (they appear once the engine has loaded)</div>"
+    chosen = next((r for r in rows if r["name"] == name), None)
+    card = ""
+    if chosen:
+        state = ("<span class='h3-badge'>available</span>" if chosen["available"] else
+                 f"<span class='h3-warn'>unavailable{'' if chosen['status'] == 'remote' else f' at {duration:g} s'}"
+                 f"</span> {html.escape(chosen['reason'])}")
+        card = (f"<div class='h3-panel'><b>{html.escape(chosen['name'])}</b>{random_badge(chosen)} · "
+                f"{_steps_text(chosen)} · {html.escape(chosen['status'])}<br>{html.escape(chosen['description'])}"
+                f"{_lora_html(chosen)}<br>techniques: {html.escape(', '.join(chosen['techniques']))}<br>{state}"
+                f"{_servers_html(chosen)}</div>")
+    lines = []
+    for row in rows:
+        mark = "yes" if row["available"] else "<span class='h3-fail'>no</span>"
+        why = "" if row["available"] else f"<tr><td></td><td colspan='3'><small>{html.escape(row['reason'])}</small></td></tr>"
+        lines.append(f"<tr><td><b>{html.escape(row['name'])}</b>{random_badge(row)}</td>"
+                     f"<td>{row['steps'] or 'server'}</td><td>{html.escape(row['status'])}</td><td>{mark}</td></tr>{why}")
+    return (f"{card}<p><b>Availability at {duration:g} s</b></p><table class='h3-table'><tr><th>tier</th>"
+            f"<th>steps</th><th>status</th><th>available</th></tr>{''.join(lines)}</table>")
+
+
+def build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, Any]:
+    options = _options(service)
+    with gr.Row():
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(label="Prompt", lines=3, placeholder="A red kite dips over a windy beach at dusk…",
+                                elem_id="h3-prompt")
+            prompt_err = gr.HTML("", js_on_load=None, elem_id="h3-prompt-error")
+            with gr.Row():
+                duration = gr.Slider(options["min_duration"], options["max_duration"], value=options["default_duration"],
+                                     step=0.5, label="Duration (s)", elem_id="h3-duration")
+                aspect = gr.Dropdown(options["aspect_ratios"], value="16:9", label="Aspect ratio", elem_id="h3-aspect")
+            with gr.Row():
+                duration_err = gr.HTML("", js_on_load=None, elem_id="h3-duration-error")
+                aspect_err = gr.HTML("", js_on_load=None, elem_id="h3-aspect-error")
+            with gr.Row():
+                seed = gr.Number(42, precision=0, label="Seed (same for both clips)", elem_id="h3-seed", scale=4)
+                randomise = gr.Button("Random seed", scale=1, size="sm", elem_id="h3-randomise")
+            seed_err = gr.HTML("", js_on_load=None, elem_id="h3-seed-error")
+            tier = gr.Dropdown([], label="Accelerated tier (compared against the baseline)", elem_id="h3-tier")
+            tier_err = gr.HTML("", js_on_load=None, elem_id="h3-tier-error")
+            with gr.Accordion("Advanced", open=False, elem_id="h3-advanced"):
+                # Text, not gr.Number: a number box cannot be empty, and empty means "the default" here.
+                short_edge = gr.Textbox("", label="Short edge in px", placeholder="empty: the model's default",
+                                        elem_id="h3-short-edge")
+                short_edge_err = gr.HTML("", js_on_load=None, elem_id="h3-short-edge-error")
+                steps = gr.Textbox("", label="Steps override for the tier", elem_id="h3-steps",
+                                   placeholder="empty: the tier's own steps")
+                steps_err = gr.HTML("", js_on_load=None, elem_id="h3-steps-error")
+                baseline_steps = gr.Textbox("", label="Steps override for the baseline", elem_id="h3-baseline-steps",
+                                            placeholder="empty: the baseline's 50 (fewer: quick looks and tests)")
+                baseline_steps_err = gr.HTML("", js_on_load=None, elem_id="h3-baseline-steps-error")
+                force = gr.Checkbox(False, label="Force a tier refused for ghosting risk (to review the ghosting)")
+            with gr.Row():
+                go = gr.Button("Generate pair", variant="primary", elem_id="h3-generate")
+                cancel = gr.Button("Cancel", variant="stop", elem_id="h3-cancel")
+            general_err = gr.HTML("", js_on_load=None, elem_id="h3-generate-error")
+        with gr.Column(scale=2):
+            tier_card = gr.HTML(tier_card_html([], None, options["default_duration"]), js_on_load=None,
+                                elem_id="h3-tier-card")
+    result = gr.HTML("", js_on_load=None, elem_id="h3-generate-result", min_height=90)
+    timings = gr.Dataframe(headers=["stage", "baseline s", "accelerated s", "accelerated / baseline"], visible=False,
+                           interactive=False, label="Per-stage timings", elem_id="h3-timings")
+    with gr.Row():
+        video_b = gr.Video(label="Baseline", visible=False, interactive=False)
+        video_c = gr.Video(label="Accelerated", visible=False, interactive=False)
+    open_compare = gr.Button("Open in Compare →", visible=False, elem_id="h3-open-compare")
+    pair_state = gr.State(None)
+
+    def refresh_tiers(duration_value, current):
+        rows = tier_rows(service, duration_value)
+        choices = tier_choices(rows)
+        names = [value for _, value in choices]
+        available = [r["name"] for r in rows if r["available"] and r["name"] != "baseline"]
+        value = current if current in names else (available[0] if available else None)
+        return gr.update(choices=choices, value=value), tier_card_html(rows, value, duration_value)
+
+    duration.change(refresh_tiers, [duration, tier], [tier, tier_card], queue=False)
+    tier.change(lambda d, t: tier_card_html(tier_rows(service, d), t, d), [duration, tier], tier_card, queue=False)
+    randomise.click(lambda: random.randint(0, SEED_RANGE), None, seed, queue=False)
+
+    slots = {"prompt": prompt_err, "duration": duration_err, "aspect": aspect_err, "seed": seed_err,
+             "tier": tier_err, "short_edge": short_edge_err, "steps": steps_err,
+             "baseline_steps": baseline_steps_err, "general": general_err}
+    slot_names = list(slots)
+
+    def run(prompt_v, duration_v, aspect_v, seed_v, tier_v, edge_v, steps_v, base_steps_v, force_v,
+            progress=gr.Progress()):  # noqa: B008 - Gradio injects the tracker through this default
+        payload = {"prompt": prompt_v, "seed": _int_or_raw(seed_v), "tier": tier_v or "",
+                   "target": {"duration_seconds": duration_v, "aspect_ratio": aspect_v,
+                              "short_edge": _int_or_raw(edge_v)},
+                   "steps": _int_or_raw(steps_v), "baseline_steps": _int_or_raw(base_steps_v), "force": bool(force_v)}
+        errors = dict.fromkeys(slot_names, "")
+        try:
+            pair = service.submit_pair(payload)
+        except (RequestError, StoreError) as error:
+            errors[_slot_for(error.field)] = error_html(error.field, error.message)
+            yield _generate_outputs(errors, slot_names, None)
+            return
+        except (QueueFull, ServiceUnavailable) as error:
+            errors["general"] = error_html(None, str(error))
+            yield _generate_outputs(errors, slot_names, None)
+            return
+        # Hand the pair id to the page first, so "Cancel" knows what to cancel while this handler polls.
+        yield _generate_outputs(errors, slot_names, service.get_pair(pair.id), service, media)
+        view = _watch(service, pair.id, progress)
+        yield _generate_outputs(errors, slot_names, view, service, media)
+
+    outputs = [*slots.values(), result, timings, video_b, video_c, open_compare, pair_state]
+    # Clear the previous attempt's errors at once (no queue), then generate.
+    event = go.click(lambda: [""] * len(slots), None, list(slots.values()), queue=False).then(
+        run, [prompt, duration, aspect, seed, tier, short_edge, steps, baseline_steps, force], outputs,
+                     concurrency_limit=GENERATE_CONCURRENCY, concurrency_id="generate", show_progress_on=result,
+                     scroll_to_output=True)
+    cancel.click(lambda pid: _cancel(service, pid), pair_state, [general_err, result], cancels=[event], queue=False)
+    return {"duration": duration, "tier": tier, "tier_card": tier_card, "refresh_tiers": refresh_tiers,
+            "event": event, "pair": pair_state, "open_compare": open_compare}
+
+
+def _options(service: StudioService) -> dict[str, Any]:
+    """Input limits; the nano's defaults until the engine has loaded (they are refreshed on page load)."""
+    try:
+        return service.options()
+    except ServiceUnavailable:
+        from engine.request import ASPECT_RATIOS, ModelLimits
+
+        limits = ModelLimits()
+        return {"min_duration": limits.min_duration, "max_duration": limits.max_duration,
+                "default_duration": limits.default_duration, "default_short_edge": limits.default_short_edge,
+                "aspect_ratios": list(ASPECT_RATIOS)}
+
+
+def _int_or_raw(value: Any) -> Any:
+    """Empty → None (the default); whole numbers → int; anything else goes through as typed, so the
+    engine's validation names the field and says what it accepts."""
+    if isinstance(value, str):
+        value = value.strip()
+        if not value:
+            return None
+        return int(value) if value.lstrip("-").isdigit() else value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+FIELD_SLOTS = {"prompt": "prompt", "seed": "seed", "tier": "tier", "force": "tier", "steps": "steps",
+               "baseline_steps": "baseline_steps", "target.duration_seconds": "duration",
+               "duration_seconds": "duration", "duration": "duration", "target.aspect_ratio": "aspect",
+               "aspect_ratio": "aspect", "target.short_edge": "short_edge", "short_edge": "short_edge"}
+
+
+def _slot_for(field: str | None) -> str:
+    return FIELD_SLOTS.get(field or "", "general")
+
+
+def _watch(service: StudioService, pair_id: str, progress: gr.Progress):
+    """Poll the pair until it is finished, reporting denoising steps of both clips to the progress bar."""
+    plan = None
+    while True:
+        view = service.get_pair(pair_id)
+        plan = plan or _step_plan(service, view)
+        done, desc = _progress_of(view, plan)
+        progress((done, plan["total"]), desc=desc, unit="steps")
+        if view.status in ("completed", "failed"):
+            return view
+        time.sleep(POLL_S)
+
+
+def _step_plan(service: StudioService, view) -> dict[str, Any]:
+    """How many denoising steps each clip of the pair runs (a reused baseline runs none)."""
+    tiers = {row["name"]: row["steps"] for row in tier_rows(service, view.target.get("duration_seconds", 5.0))}
+    base_steps = 0
+    if view.baseline and not view.baseline_reused:
+        base_steps = view.baseline.request.get("steps") or tiers.get("baseline") or 50
+    cand_steps = view.tier_config.get("steps") or tiers.get(view.tier) or 1
+    return {"baseline": base_steps, "candidate": cand_steps, "total": max(1, base_steps + cand_steps)}
+
+
+def _clip_steps(video, steps: int) -> int:
+    if video is None or not steps:
+        return 0
+    if video.status == "completed":
+        return steps
+    return min(steps, round(video.progress / 100 * steps))
+
+
+def _progress_of(view, plan) -> tuple[int, str]:
+    base, cand = view.baseline, view.candidate
+    done = _clip_steps(base, plan["baseline"]) + _clip_steps(cand, plan["candidate"])
+    for role, video, steps in (("baseline", base, plan["baseline"]), ("accelerated", cand, plan["candidate"])):
+        if video is None or video.status in ("completed", "failed") or not steps:
+            continue
+        if video.status == "queued":
+            position = f" (queue position {video.queue_position})" if video.queue_position else ""
+            return done, f"{role} clip queued{position}"
+        if video.progress >= 99:
+            return done, f"{role} clip: decoding video and audio"
+        return done, f"{role} clip: denoising step {_clip_steps(video, steps)}/{steps}"
+    if view.status not in ("completed", "failed"):
+        return done, "both clips done: computing quality metrics"
+    return done, view.status
+
+
+def _cancel(service: StudioService, pair_id: str | None) -> tuple[str, Any]:
+    if not pair_id:
+        return error_html(None, "Nothing to cancel: no pair is being generated from this page."), gr.update()
+    try:
+        view = service.cancel_pair(pair_id)
+    except StoreError as error:
+        return error_html(error.field, error.message), gr.update()
+    return "", pair_summary_html(view, service)
+
+
+def _generate_outputs(errors: dict[str, str], slot_names: list[str], view, service: StudioService | None = None,
+                      media: MediaDir | None = None):
+    slot_values = [errors[name] for name in slot_names]
+    if view is None:
+        hidden = gr.update(visible=False)
+        return [*slot_values, "", hidden, hidden, hidden, hidden, None]
+    done = view.status == "completed"
+    if view.status == "failed":
+        slot_values[-1] = error_html(None, f"Pair {view.id} failed: {view.error or 'see the server log'}")
+    videos = [gr.update(value=media.video(v.clip_sha, v.clip_path), visible=True) if done else gr.update(visible=False)
+              for v in (view.baseline, view.candidate)]
+    return [*slot_values, pair_summary_html(view, service), gr.update(value=timing_rows(view), visible=done),
+            *videos, gr.update(visible=done), view.id]
+
+
+def timing_rows(view) -> list[list[Any]]:
+    """stage | baseline s | candidate s | ratio, from the clips' own timings; inference is encode → decode."""
+    base = view.baseline.timings if view.baseline else {}
+    cand = view.candidate.timings if view.candidate else {}
+    rows = []
+    for stage in STAGES:
+        if stage in base or stage in cand:
+            rows.append(_timing_row(stage, base.get(stage), cand.get(stage)))
+    rows.append(_timing_row("inference (encode → decode)", view.baseline and view.baseline.inference_time_s,
+                            view.candidate and view.candidate.inference_time_s))
+    base_client = view.baseline and view.baseline.client_time_s
+    cand_client = view.candidate and view.candidate.client_time_s
+    if base_client or cand_client:  # a remote clip: the server's inference time above, the studio's wait here
+        rows.append(_timing_row("remote: studio's POST → MP4", base_client, cand_client))
+    return rows
+
+
+def _timing_row(name: str, base: float | None, cand: float | None) -> list[Any]:
+    # A ratio of two sub-10 ms stages is timer noise, not a speed-up.
+    ratio = round(cand / base, 3) if base and cand and min(base, cand) >= 0.01 else None
+    return [name, None if base is None else round(base, 3), None if cand is None else round(cand, 3), ratio]

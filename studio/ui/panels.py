@@ -1,0 +1,180 @@
+"""HTML panels about one pair that several tabs show: its summary (status, speed-ups, cost), the exact tier
+configuration under review, and the quality summary with its gates and suggested verdict."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from studio.service import StudioService
+from studio.ui.compare_data import NOT_AVAILABLE, finite
+
+
+def pair_summary_html(view, service: StudioService | None) -> str:
+    """Speed-ups, $ per clip at the pod rate, reuse of the baseline, status: one panel."""
+    rate = service.config.pod_rate_usd_per_hour if service else None
+    head = (f"<b>Pair</b> <code>{view.id}</code> · {html.escape(view.status)} · tier <b>{html.escape(view.tier)}</b>"
+            f" ({view.tier_config.get('steps') or 'server-default'} steps) · seed {view.seed} · "
+            f"{view.target.get('duration_seconds')} s {html.escape(str(view.target.get('aspect_ratio')))}"
+            f"{_canvas(view)}")
+    lines = [head]
+    if view.baseline_reused and view.baseline:
+        lines.append(f"<span class='h3-badge'>baseline reused</span> the stored clip "
+                     f"<code>{(view.baseline.clip_sha or '')[:12]}</code> (same model, prompt, seed, canvas and "
+                     f"baseline config) was not generated again; its timings are those of the run that made it.")
+    if view.status not in ("completed", "failed"):
+        return "<div class='h3-panel'>" + "<br>".join(lines) + "</div>"  # timings exist once both clips do
+    engines = {role: video.engine for role, video in (("baseline", view.baseline), ("candidate", view.candidate))
+               if video is not None}
+    if any(engine != "local" for engine in engines.values()):
+        lines.append("<b>Made by</b> " + " · ".join(f"{role}: {html.escape(engine)}" for role, engine in engines.items())
+                     + " (speed-ups use each server's own inference_time_s)")
+    speed = f"{view.speedup:.2f}×" if view.speedup else "—"
+    denoise = f"{view.denoise_speedup:.2f}×" if view.denoise_speedup else "—"
+    lines.append(f"<b>Speed-up</b> {speed} end to end (inference) · {denoise} denoise stage · against a "
+                 f"{view.baseline_steps or 'server-default'}-step baseline")
+    if view.speedup_caveat:
+        lines.append(f"<span class='h3-warn'>caveat</span> {html.escape(view.speedup_caveat)}")
+    cost = view.cost_usd
+    if rate is not None:
+        lines.append(f"<b>$ per clip</b> at ${rate:g}/h: baseline {_usd(cost.get('baseline'))} · accelerated "
+                     f"{_usd(cost.get('candidate'))}")
+    if view.error:
+        lines.append(f"<span class='h3-warn'>error</span> {html.escape(view.error)}")
+    return "<div class='h3-panel'>" + "<br>".join(lines) + "</div>"
+
+
+def _canvas(view) -> str:
+    clip = view.candidate or view.baseline
+    if not clip or not clip.width:
+        return ""
+    return f" · {clip.width}×{clip.height}, {clip.seconds:.3f} s"
+
+
+def _usd(value: float | None) -> str:
+    return "—" if value is None else f"${value:.4f}"
+
+
+def config_html(view) -> str:
+    """The exact tier configuration under review (what a verdict will be stored against)."""
+    config = view.tier_config
+    parts = [f"steps {config.get('steps')}"]
+    if config.get("lora"):
+        parts.append(f"LoRA {config['lora'].get('path')} ×{config['lora'].get('scale')}")
+    if config.get("sparse"):
+        sparse = config["sparse"]
+        parts.append(f"sparse keep {sparse.get('keep_ratio')} (dense first {sparse.get('dense_first_steps')} steps, "
+                     f"{sparse.get('dense_first_blocks')} blocks)")
+    if config.get("cache"):
+        parts.append(f"first-block cache {config['cache'].get('threshold')}")
+    if config.get("fused"):
+        parts.append("fused kernels")
+    if config.get("baseline"):  # pairs made since the key covers the baseline and the canvas
+        parts.append(f"judged against a {config['baseline'].get('steps')}-step baseline")
+    canvas = config.get("canvas") or {}
+    if canvas.get("width"):
+        parts.append(f"canvas {canvas['width']}×{canvas['height']}")
+    return (f"<div class='h3-panel'><b>Configuration</b> <code>{view.configuration_key[:12]}</code>: "
+            f"{html.escape(' · '.join(parts))} · prompt “{html.escape(view.prompt)}”</div>")
+
+
+# ------------------------------------------------------------------------------------------ quality
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "—"
+    if isinstance(value, int):
+        return str(value)
+    if finite(value):
+        value = value + 0.0  # -0.0 → 0.0
+        return f"{value:.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(finite(v) for v in value):
+        return f"{value[0]:.{digits}g} – {value[1]:.{digits}g}"
+    return html.escape(str(value))
+
+
+def gates_of(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """Gates as rows {name, passed, value, threshold}, from a {name: {...}} mapping or a list of dicts."""
+    gates = metrics.get("gates")
+    rows = []
+    if isinstance(gates, dict):
+        for name, gate in gates.items():
+            gate = gate if isinstance(gate, dict) else {"passed": gate}
+            rows.append({"name": name, **gate})
+    elif isinstance(gates, list):
+        rows = [dict(g) for g in gates if isinstance(g, dict)]
+    for row in rows:
+        passed = row.get("passed", row.get("pass", row.get("ok")))
+        row["passed"] = passed if isinstance(passed, bool) else None
+        row.setdefault("name", row.get("gate", "?"))
+    return rows
+
+
+def suggestion_of(metrics: dict[str, Any]) -> tuple[str | None, str]:
+    """The quality module's suggested verdict and its reason, if it made one."""
+    for key in ("suggested_verdict", "suggestion", "verdict_suggestion", "suggested"):
+        value = metrics.get(key)
+        if isinstance(value, dict):
+            return (str(value.get("decision") or value.get("verdict") or "") or None,
+                    str(value.get("reason") or value.get("reasons") or ""))
+        if isinstance(value, str) and value:
+            reasons = metrics.get("suggestion_reasons") or metrics.get("suggestion_reason") or ""
+            return value, "; ".join(map(str, reasons)) if isinstance(reasons, list) else str(reasons)
+    return None, ""
+
+
+SUMMARY_SKIP = {"per_frame", "gates", "overlays", "ghost", "suggested_verdict", "suggestion", "verdict_suggestion",
+                "suggested", "suggestion_reason", "suggestion_reasons", "error",
+                # OverlayCache bookkeeping, not measurements
+                "diff_pngs", "ghost_pngs", "directory", "summary_path", "computed"}
+
+
+def quality_html(pair) -> str:
+    """Summary numbers, gates and the suggested verdict, labelled as a machine suggestion."""
+    status, message = pair.metrics_status, pair.metrics_message
+    if status != "ok" or not pair.metrics:
+        note = {"unavailable": f"Quality metrics {NOT_AVAILABLE}.",
+                "pending": "Quality metrics are computed once both clips exist.",
+                "not computed": "Quality metrics were not computed for this pair yet (use “Compute metrics”).",
+                "error": f"The quality comparison failed: {html.escape(message)}"}.get(status, html.escape(message))
+        return f'<div class="h3-panel"><b>Quality summary</b><p>{note}</p></div>'
+    metrics = pair.metrics
+    scalars = [(k, v) for k, v in metrics.items() if k not in SUMMARY_SKIP and not isinstance(v, (dict, list))]
+    for block in ("ghost", "audio"):  # nested blocks: flatten one level ("audio desync_ms", …)
+        nested = metrics.get(block) if isinstance(metrics.get(block), dict) else {}
+        scalars += [(f"{block} {k}", v) for k, v in nested.items() if not isinstance(v, (dict, list))]
+    # Sentences (e.g. why LPIPS did not run) go under the table; numbers two pairs per row beside the plots.
+    notes = "".join(f"<p><small>{html.escape(str(k))}: {html.escape(v)}</small></p>" for k, v in scalars
+                    if isinstance(v, str) and len(v) > 24)
+    scalars = [(k, v) for k, v in scalars if not (isinstance(v, str) and len(v) > 24)]
+    pairs = [f"<td>{html.escape(str(k))}</td><td><b>{_fmt(v)}</b></td>" for k, v in scalars]
+    cells = "".join(f"<tr>{''.join(pairs[i:i + 2])}</tr>" for i in range(0, len(pairs), 2))
+    gate_rows = "".join(_gate_row(g) for g in gates_of(metrics))
+    gates = (f"<table class='h3-table'><tr><th>gate</th><th>result</th><th>value</th><th>threshold</th></tr>"
+             f"{gate_rows}</table>") if gate_rows else "<p>No gates in the quality summary.</p>"
+    return (f'<div class="h3-panel"><b>Quality summary</b> (from the stored clips)'
+            f"<table class='h3-table'>{cells}</table>{notes}<b>Gates</b>{gates}{suggestion_html(metrics)}</div>")
+
+
+def _gate_row(gate: dict[str, Any]) -> str:
+    passed = gate["passed"]
+    threshold = next((gate[k] for k in ("threshold", "limit", "range", "bounds") if k in gate), None)
+    # passed None: recorded but not gated (e.g. PSNR), or not evaluated (e.g. LPIPS offline).
+    mark = {True: "<span class='h3-pass'>pass</span>", False: "<span class='h3-fail'>FAIL</span>"}.get(
+        passed, "recorded, not gated" if threshold is None else "not evaluated")
+    value = gate.get("value", gate.get("measured", ""))
+    return (f"<tr><td>{html.escape(str(gate['name']))}</td><td>{mark}</td><td>{_fmt(value)}</td>"
+            f"<td>{'' if threshold is None else _fmt(threshold)}</td></tr>")
+
+
+def suggestion_html(metrics: dict[str, Any]) -> str:
+    decision, reason = suggestion_of(metrics)
+    if decision is None:
+        return "<p class='h3-suggestion'>No suggested verdict in the quality summary.</p>"
+    return (f"<div class='h3-suggestion'><b>Suggested by the metrics (not a verdict):</b> "
+            f"{html.escape(decision)}{' — ' + html.escape(reason) if reason else ''}<br>"
+            f"<small>Metrics passed the ghosted sparse clip before; only a reviewer's verdict in the Review tab "
+            f"counts.</small></div>")
