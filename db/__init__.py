@@ -3,7 +3,16 @@
 Knows nothing of the engine or the UI; takes and returns plain data. Start with :class:`db.store.Store`.
 """
 
-from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirError, NotFound, StorageFull, StoreError
+from db.errors import (
+    ClipIntegrityError,
+    ClipMissing,
+    Conflict,
+    DataDirError,
+    DataDirReadOnly,
+    NotFound,
+    StorageFull,
+    StoreError,
+)
 from db.keys import configuration_key, tier_config_hash
 from db.records import ApprovalRule, ClipRecord, PairRecord, VerdictRecord, VideoRecord
 from db.store import Store
@@ -15,6 +24,7 @@ __all__ = [
     "ClipRecord",
     "Conflict",
     "DataDirError",
+    "DataDirReadOnly",
     "NotFound",
     "PairRecord",
     "StorageFull",

@@ -45,3 +45,11 @@ class StorageFull(RuntimeError):
     the store is as it was. REST answers 507."""
 
     MESSAGE = "the data dir's disk is full: nothing was stored; free some space and try again"
+
+
+class DataDirReadOnly(RuntimeError):
+    """The data dir cannot be written (its file system turned read-only, or its permissions changed): nothing of
+    the write was kept; what is stored can still be read. REST answers 503."""
+
+    MESSAGE = ("the data dir is read-only (its file system or permissions no longer allow writing): nothing was "
+               "saved; stored pairs, clips and verdicts can still be read. Make the data dir writable and retry")

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from db.errors import StorageFull, StoreError
+from db.errors import DataDirReadOnly, StorageFull, StoreError
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -46,15 +47,28 @@ def _fsync_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
+def read_only_reported() -> Iterator[None]:
+    """Turn "read-only file system" and "permission denied" while writing into DataDirReadOnly (503, a message
+    without server paths) instead of a raw OSError (500)."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno in READ_ONLY_ERRNOS:
+            raise DataDirReadOnly(DataDirReadOnly.MESSAGE) from error
+        raise
+
+
+@contextlib.contextmanager
 def atomic_writer(path: Path) -> Iterator[IO[bytes]]:
     """Yield a binary file that replaces ``path`` only if the block finishes without error.
 
     The temp file sits in the same directory so ``os.replace`` is an atomic rename; it is fsynced first so
     a crash never leaves a renamed-but-empty file. On error the temp file is removed and ``path`` untouched;
-    a full disk raises StorageFull.
+    a full disk raises StorageFull, a read-only data dir DataDirReadOnly.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with read_only_reported():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -67,6 +81,8 @@ def atomic_writer(path: Path) -> Iterator[IO[bytes]]:
             tmp.unlink()
         if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
             raise StorageFull(f"{StorageFull.MESSAGE} (writing {path.name})") from error
+        if isinstance(error, OSError) and error.errno in READ_ONLY_ERRNOS:
+            raise DataDirReadOnly(DataDirReadOnly.MESSAGE) from error
         raise
     _fsync_dir(path.parent)
 

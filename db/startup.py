@@ -16,6 +16,8 @@ from pathlib import Path
 
 from db.errors import DataDirError
 
+LOCKED_WAIT_S = 2.0  # how long a second process waits for the database before saying who holds it
+
 
 def stored_clip_count(clips_dir: Path) -> int:
     """MP4s under ``clips/ab/`` (the content-addressed layout of db.files)."""
@@ -35,8 +37,15 @@ def check_database(db_path: Path, clips_dir: Path) -> None:
                 f"backed up) from a backup, or start with another --data-dir; nothing was changed.")
         return
     try:
-        with contextlib.closing(sqlite3.connect(db_path)) as connection:
+        with contextlib.closing(sqlite3.connect(db_path, timeout=LOCKED_WAIT_S)) as connection:
             problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+    except sqlite3.OperationalError as error:
+        if "locked" not in str(error):
+            raise DataDirError(f"{db_path} could not be read ({error}); nothing was changed.") from None
+        # The serving process holds the database exclusively (db.database.VFS).
+        raise DataDirError(
+            f"{db_path} is held by the studio server running on this data dir: while it runs, read its data "
+            "over REST (/v1/pairs, /v1/videos, /v1/configurations); nothing was changed.") from None
     except sqlite3.DatabaseError as error:
         problems = [str(error)]
     if problems != ["ok"]:

@@ -27,8 +27,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import approval, convert
 from db import validate as check
-from db.database import BEGIN_MODE_OPTION, make_engine, upgrade
-from db.errors import ClipIntegrityError, ClipMissing, Conflict, NotFound, StorageFull, StoreError
+from db.database import BEGIN_MODE_OPTION, connect, data_dir_writable, is_read_only_error, make_engine, upgrade
+from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
 from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath
 from db.keys import (
     canonical_json,
@@ -120,12 +120,18 @@ class Store:
             self.default_approval_rule = approval_rule or ApprovalRule()  # applies until an admin sets one
             self._engine = make_engine(self.db_path)
             upgrade(self._engine)
+            # Held open (idle) while the store is: the WAL index lives in this process's memory (db.database.VFS)
+            # and goes when the database's last connection closes; if the pool replaced all of its connections
+            # while the data dir is read-only, a new one could not rebuild it and even reads would fail.
+            self._anchor = connect(self.db_path)
             self._sessions = sessionmaker(self._engine, expire_on_commit=False)
             self.recovered_video_ids: list[str] = []
             self.resumable_videos: list[VideoRecord] = []
             if recover:
                 self.recovered_video_ids, self.resumable_videos = self._recover_unfinished()
         except BaseException:
+            if getattr(self, "_anchor", None) is not None:
+                self._anchor.close()
             if self._lock is not None:
                 self._lock.release()
             raise
@@ -133,6 +139,7 @@ class Store:
     def close(self) -> None:
         """Release pooled connections and the data dir's lock (the store must not be used afterwards)."""
         self._engine.dispose()
+        self._anchor.close()
         if self._lock is not None:
             self._lock.release()
 
@@ -151,6 +158,7 @@ class Store:
         the lock; the retry loop is a backstop for the rare SQLITE_BUSY that SQLite returns without waiting.
         """
         options = {BEGIN_MODE_OPTION: "IMMEDIATE"} if write else {}
+        reopened = False
         for attempt in range(LOCK_RETRIES):
             try:
                 with self._sessions() as session:
@@ -161,6 +169,14 @@ class Store:
             except OperationalError as exc:
                 if _is_full_error(exc):  # SQLITE_FULL: the transaction was rolled back
                     raise StorageFull(StorageFull.MESSAGE) from exc
+                if is_read_only_error(exc, self.data_dir):  # nothing was written; reads still work
+                    # A connection opened while the files were read-only stays read-only: drop the idle ones (the
+                    # anchor keeps the WAL index) and, when the data dir is writable again, try once more.
+                    self._engine.dispose()
+                    if reopened or not data_dir_writable(self.data_dir):
+                        raise DataDirReadOnly(DataDirReadOnly.MESSAGE) from exc
+                    reopened = True
+                    continue
                 if not _is_lock_error(exc) or attempt == LOCK_RETRIES - 1:
                     raise
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))

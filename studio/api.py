@@ -5,6 +5,7 @@ rules. Errors come back as ``{"error": {"message", "field", "type"}}``:
 
     RequestError / StoreError / pydantic validation → 400     NotFound → 404     Conflict → 409
     a clip's file missing → 404, changed on disk → 409     disk full → 507     body too large → 413
+    data dir read-only → 503
     QueueFull → 429     engine still loading → 503     bad or missing credentials → 401
 
 Handlers are plain ``def`` functions (FastAPI runs them in its thread pool) and read only the store and the
@@ -29,7 +30,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from db.errors import ClipIntegrityError, ClipMissing, Conflict, NotFound, StorageFull, StoreError
+from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
 from engine.errors import RequestError
 from engine.request import REFUSED_FIELDS
 from studio.auth import Accounts
@@ -218,6 +219,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def storage_full(_: Request, error: StorageFull) -> JSONResponse:
         log.error("storage full: %s", error.__cause__ or error)
         return _error(507, str(error), None, "insufficient_storage")
+
+    @app.exception_handler(DataDirReadOnly)
+    async def read_only(_: Request, error: DataDirReadOnly) -> JSONResponse:
+        log.error("data dir read-only: %s", error.__cause__ or error)
+        return _error(503, str(error), None, "data_dir_read_only", {"Retry-After": "60"})
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from db.errors import ClipIntegrityError, ClipMissing, NotFound, StoreError
-from db.files import atomic_writer, clip_relpath
+from db.files import atomic_writer, clip_relpath, read_only_reported
 from db.keys import sha256_hex
 from db.records import ClipRecord, PairRecord, VerdictRecord
 from db.store import Store
@@ -60,7 +60,8 @@ def export_pairs(store: Store, pair_ids: list[str] | None, out_dir: Path) -> Pat
     entries = [_pair_entry(store, index, pair) for index, pair in enumerate(pairs, start=1)]
     manifest = _manifest(store, entries, exported_at)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with read_only_reported():
+        out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / _zip_name(entries, exported_at)
     with atomic_writer(path) as handle, zipfile.ZipFile(handle, "w") as archive:
         for entry in entries:
