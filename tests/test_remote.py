@@ -31,7 +31,6 @@ import app as studio_app
 from engine.errors import GenerationCancelled
 from engine.media import encode_mp4, probe_mp4
 from engine.request import validate_request
-from db import Store
 from studio.api import create_app
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemotesFileError, load_remotes, parse_remotes
 from studio.service import ServiceUnavailable, StudioService
@@ -549,13 +548,14 @@ def test_a_restarted_studio_resumes_the_remote_jobs_it_had_posted(tmp_path, nano
                                                           "target": TARGET}, timeout=30).json()
         lost = httpx.post(f"{first.url}/v1/videos", json={"prompt": "lost", "tier": "slow", "target": TARGET},
                           timeout=30).json()
-        reader = Store(tmp_path / "first", recover=False)
+        def video(video_id: str) -> dict:  # over REST: the serving studio holds its database alone
+            return httpx.get(f"{first.url}/v1/videos/{video_id}", timeout=30).json()
+
         pending = [pair["candidate_video_id"], lost["id"]]
-        wait_until(lambda: all(reader.get_video(v).remote for v in pending)
-                   and reader.get_video(pair["baseline_video_id"]).status == "completed", what="the remote jobs")
+        wait_until(lambda: all(video(v)["remote_job"] for v in pending)
+                   and video(pair["baseline_video_id"])["status"] == "completed", what="the remote jobs")
         posted_at = time.monotonic()
         first.kill()  # a crash: nothing gets to mark the jobs failed
-        reader.close()
 
         pool = RemotePool(parse_remotes({"remote": [{"name": n, "url": u, "tier": t} for n, u, t in rows[:2]]}),
                           retry_s=1.0, poll_s=0.05)
