@@ -59,3 +59,30 @@ def pair_accepted(verdicts: list[VerdictRecord]) -> bool:
     """At least one standing accept and no standing reject on this pair."""
     decisions = {v.decision for v in standing(verdicts)}
     return "accept" in decisions and "reject" not in decisions
+
+
+# ------------------------------------------------------------------------------------------- blind reviews
+
+
+def _other_role(role: str) -> str:
+    return "candidate" if role == "baseline" else "baseline"
+
+
+def worse_role(verdict: VerdictRecord) -> str | None:
+    """The clip a blind verdict judged worse (baseline or candidate), None for no difference or a named one."""
+    if verdict.blind_a is None or verdict.blind_answer in (None, "no_difference"):
+        return None
+    return verdict.blind_a if verdict.blind_answer == "a_worse" else _other_role(verdict.blind_a)
+
+
+def blind_tally(verdicts: Iterable[VerdictRecord]) -> dict[str, Any]:
+    """How often reviewers told the accelerated clip apart, over each reviewer's standing blind verdict per pair.
+
+    Returns {"blind_verdicts", "no_difference", "candidate_worse" (told apart), "baseline_worse", "told_apart_rate"
+    (candidate_worse / blind_verdicts, None without blind verdicts)}.
+    """
+    blind = [v for v in standing(verdicts) if v.blind_a is not None]
+    worse = [worse_role(v) for v in blind]
+    told = worse.count("candidate")
+    return {"blind_verdicts": len(blind), "no_difference": worse.count(None), "candidate_worse": told,
+            "baseline_worse": worse.count("baseline"), "told_apart_rate": told / len(blind) if blind else None}

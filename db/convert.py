@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from db import validate as check
-from db.approval import tally
+from db.approval import blind_tally, tally
 from db.errors import StoreError
 from db.files import check_sha, sidecar_relpath
 from db.keys import canonical_json, normalise_duration, tier_config_hash
@@ -171,6 +171,8 @@ def verdict_record(row: Verdict) -> VerdictRecord:
         created_at=_aware(row.created_at),  # type: ignore[arg-type]
         supersedes=row.supersedes,
         change_note=row.change_note,
+        blind_a=row.blind_a,
+        blind_answer=row.blind_answer,
     )
 
 
@@ -199,5 +201,6 @@ def configuration_dict(row: Configuration, rule: ApprovalRule, verdicts: list[Ve
         "created_at": _aware(row.created_at).isoformat(),  # type: ignore[union-attr]
         "updated_at": _aware(row.updated_at).isoformat(),  # type: ignore[union-attr]
         **tally(rule, verdicts),
+        "blind": blind_tally(verdicts),  # how often blind reviewers told the accelerated clip apart
         "rule": rule.as_dict(),
     }

@@ -152,8 +152,17 @@ class Verdict(Base):
     created_at: Mapped[datetime] = mapped_column()
     supersedes: Mapped[str | None] = mapped_column(String(64))  # the id of the version this one replaces
     change_note: Mapped[str | None] = mapped_column(Text)  # why it was corrected or withdrawn
+    # A blind review: which clip was shown as A (the other was B) and what the reviewer answered; the decision
+    # is derived from the answer (db/blind.py). NULL for a review that showed the clips by name.
+    blind_a: Mapped[str | None] = mapped_column(String(10))
+    blind_answer: Mapped[str | None] = mapped_column(String(20))
 
-    __table_args__ = (CheckConstraint("decision IN ('accept', 'reject', 'withdrawn')", name="decision"),)
+    __table_args__ = (
+        CheckConstraint("decision IN ('accept', 'reject', 'withdrawn')", name="decision"),
+        CheckConstraint("blind_a IS NULL OR blind_a IN ('baseline', 'candidate')", name="blind_a"),
+        CheckConstraint("blind_answer IS NULL OR blind_answer IN ('no_difference', 'a_worse', 'b_worse')",
+                        name="blind_answer"),
+    )
 
 
 class ApprovalRuleVersion(Base):
@@ -167,3 +176,57 @@ class ApprovalRuleVersion(Base):
     max_rejects: Mapped[int] = mapped_column(Integer)
     changed_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column()
+
+
+class BlindAssignment(Base):
+    """The random order a reviewer was shown a pair's clips in, fixed when they opted in to a blind review (so a
+    reload shows the same A and B) and answered by at most one verdict."""
+
+    __tablename__ = "blind_assignments"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    pair_id: Mapped[str] = mapped_column(ForeignKey("pairs.id"), index=True)
+    reviewer: Mapped[str] = mapped_column(String(200))
+    a_role: Mapped[str] = mapped_column(String(10))  # the clip shown as A: baseline or candidate
+    created_at: Mapped[datetime] = mapped_column()
+    verdict_id: Mapped[str | None] = mapped_column(String(64))  # the verdict that answered it
+
+    __table_args__ = (CheckConstraint("a_role IN ('baseline', 'candidate')", name="a_role"),)
+
+
+class Campaign(Base):
+    """A review campaign: one tier configuration over a prompt suite × seeds, queued pair by pair."""
+
+    __tablename__ = "campaigns"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    tier: Mapped[str] = mapped_column(String(100))
+    settings_json: Mapped[str] = mapped_column(Text)  # the pair payload's other fields (target, steps, ...)
+    status: Mapped[str] = mapped_column(String(20))
+    created_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column()
+    updated_at: Mapped[datetime] = mapped_column()
+
+    __table_args__ = (CheckConstraint("status IN ('running', 'finished', 'cancelled')", name="status"),)
+
+
+class CampaignItem(Base):
+    """One prompt × seed of a campaign: pending until the studio queues its pair."""
+
+    __tablename__ = "campaign_items"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    campaign_id: Mapped[str] = mapped_column(ForeignKey("campaigns.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    prompt: Mapped[str] = mapped_column(Text)
+    seed: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(20))
+    pair_id: Mapped[str | None] = mapped_column(ForeignKey("pairs.id"), index=True)
+    error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        CheckConstraint("state IN ('pending', 'queued', 'failed', 'cancelled')", name="state"),
+    )

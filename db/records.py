@@ -128,6 +128,8 @@ class VerdictRecord(_Record):
     created_at: datetime
     supersedes: str | None = None
     change_note: str | None = None
+    blind_a: str | None = None  # a blind review: the clip shown as A (baseline or candidate); None when named
+    blind_answer: str | None = None  # no_difference, a_worse or b_worse
 
 
 @dataclass(frozen=True)

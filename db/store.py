@@ -694,12 +694,7 @@ class Store:
 
         def work(session: Session) -> VerdictRecord:
             pair = self._pair_row(session, pair_id)
-            if pair.status != "completed":
-                raise Conflict("pair_id", f"pair {pair_id} is {pair.status}; only completed pairs can be reviewed")
-            previous = _latest_version(session, pair.id, reviewer)
-            if previous is not None and previous.decision != WITHDRAWN and note is None:
-                raise Conflict("change_note", f"{reviewer} already recorded {previous.decision} on pair {pair_id} "
-                                              f"({previous.id}); to correct it, say why in a change note")
+            previous = _version_to_supersede(session, pair, reviewer, note)
             return _add_version(session, pair, reviewer, decision, clean_reasons, notes, previous, note)
 
         return self._write(work)
@@ -829,6 +824,18 @@ def _change_note(value: Any) -> str | None:
     return note or None
 
 
+def _version_to_supersede(session: Session, pair: Pair, reviewer: str, note: str | None) -> Verdict | None:
+    """Before a new verdict version: the pair must be completed, and a reviewer with a standing verdict on it
+    corrects that verdict, which needs a change note. Returns the version the new one supersedes (or None)."""
+    if pair.status != "completed":
+        raise Conflict("pair_id", f"pair {pair.id} is {pair.status}; only completed pairs can be reviewed")
+    previous = _latest_version(session, pair.id, reviewer)
+    if previous is not None and previous.decision != WITHDRAWN and note is None:
+        raise Conflict("change_note", f"{reviewer} already recorded {previous.decision} on pair {pair.id} "
+                                      f"({previous.id}); to correct it, say why in a change note")
+    return previous
+
+
 def _latest_version(session: Session, pair_id: str, reviewer: str) -> Verdict | None:
     """The reviewer's latest verdict version on a pair (a withdrawal included), or None."""
     query = select(Verdict).where(Verdict.pair_id == pair_id, Verdict.reviewer == reviewer)
@@ -836,13 +843,14 @@ def _latest_version(session: Session, pair_id: str, reviewer: str) -> Verdict | 
 
 
 def _add_version(session: Session, pair: Pair, reviewer: str, decision: str, reasons: tuple[str, ...], notes: str,
-                 previous: Verdict | None, change_note: str | None) -> VerdictRecord:
-    """Insert one verdict version superseding ``previous`` (None: the reviewer's first verdict on the pair)."""
+                 previous: Verdict | None, change_note: str | None, **blind: str) -> VerdictRecord:
+    """Insert one verdict version superseding ``previous`` (None: the reviewer's first verdict on the pair);
+    ``blind``: blind_a and blind_answer of a blind review (db/blind.py)."""
     row = Verdict(
         id=_new_id("verdict"), pair_id=pair.id, configuration_key=pair.configuration_key, reviewer=reviewer,
         decision=decision, reasons_json=json.dumps(list(reasons)), notes=notes, prompt=pair.prompt,
         tier_config_json=pair.tier_config_json, created_at=_now(),
-        supersedes=previous.id if previous is not None else None, change_note=change_note,
+        supersedes=previous.id if previous is not None else None, change_note=change_note, **blind,
     )
     session.add(row)
     session.flush()

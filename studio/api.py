@@ -132,6 +132,24 @@ class VerdictWithdraw(BaseModel):
     change_note: Text = Field(description="why it is withdrawn")
 
 
+class BlindOpen(BaseModel):
+    """Opt in to a blind review of a pair. With --auth the reviewer is the signed-in user."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reviewer: Text | None = None
+
+
+class BlindAnswer(BaseModel):
+    """The answer to a blind review; which clip was which is revealed in the response."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reviewer: Text | None = None
+    answer: Text = Field(examples=["no_difference", "a_worse", "b_worse"])
+    reasons: list[Text] = Field(default_factory=list, description="what you saw: required when a clip is worse")
+    notes: Text = ""
+    change_note: Text | None = Field(None, description="why: required when correcting your earlier verdict")
+
+
 class RuleUpdate(BaseModel):
     """Admin only: the approval rule's fields to change."""
 
@@ -456,6 +474,37 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
                          user: str | None = Depends(current_user)) -> dict[str, Any]:
         verdict = service.withdraw_verdict(pair_id, _reviewer(user, body.reviewer), body.change_note)
         return {"object": "verdict", **verdict.as_dict()}
+
+    # ------------------------------------------------------------------------------- blind review
+
+    def blind_object(view: dict[str, Any]) -> dict[str, Any]:
+        urls = {f"{label}_content_url": f"/v1/blind/{view['id']}/{label}/content" for label in ("a", "b")}
+        return {**view, **urls}
+
+    @router.post("/pairs/{pair_id}/blind", tags=["review"],
+                 summary="Opt in to a blind review: the pair's clips as A and B in a random order")
+    def open_blind(pair_id: str, body: BlindOpen | None = Body(None),
+                   user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return blind_object(service.blind.open(pair_id, _reviewer(user, body.reviewer if body else None)))
+
+    @router.get("/blind/{blind_id}", tags=["review"], summary="A blind review (which clip was which once answered)")
+    def get_blind(blind_id: str) -> dict[str, Any]:
+        return blind_object(service.blind.get(blind_id))
+
+    @router.get("/blind/{blind_id}/{label}/content", tags=["review"], summary="Clip A or B of a blind review",
+                response_class=FileResponse)
+    def blind_content(blind_id: str, label: str) -> FileResponse:
+        if label.lower() not in ("a", "b"):
+            raise RequestError("label", f"must be a or b, got {label!r}")
+        path = service.blind.clip(blind_id, label.lower())
+        return FileResponse(path, media_type="video/mp4", filename=f"{label.upper()}.mp4")
+
+    @router.post("/blind/{blind_id}/verdict", tags=["review"],
+                 summary="Answer a blind review: no_difference, a_worse or b_worse; reveals which was which")
+    def answer_blind(blind_id: str, body: BlindAnswer, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        verdict, view = service.blind.answer(blind_id, _reviewer(user, body.reviewer), body.answer, body.reasons,
+                                             body.notes, body.change_note)
+        return {"object": "verdict", **verdict.as_dict(), "blind_review": blind_object(view)}
 
     @router.get("/approval-rule", tags=["review"], summary="The approval rule and every earlier one")
     def approval_rule() -> dict[str, Any]:

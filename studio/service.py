@@ -35,6 +35,7 @@ from db.records import DECISIONS, REASONS, TERMINAL_STATUSES
 from engine.interface import ModelEngine, RequestPlan
 from engine.labels import model_label
 from engine.request import ASPECT_RATIOS, GenerationRequest, validate_duration
+from studio.blind import BlindService
 from studio.export import export_pairs
 from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
 from studio.pairs import BASELINE_TIER, QUALITY_UNAVAILABLE, PairFlow, plan_pair
@@ -112,6 +113,7 @@ class StudioService:
         self._closed = False
         self._lock = threading.RLock()  # serialises engine attachment and submissions (the pairs share it)
         self.pairs = PairFlow(store, config.overlay_dir, quality_loader, self._lock)
+        self.blind = BlindService(store)  # blind A/B reviews (studio/blind.py)
         self._remote_queues = {
             tier: JobQueue(remotes.engine(tier), store, config.queue_size, on_start=self.pairs.video_started,
                            on_finish=self.pairs.video_finished, workers=len(remotes.servers(tier)),
