@@ -4,7 +4,13 @@
 #   stage 1: text conditioning (word-level tokenizer + trained Qwen3-VL, in a second process) beside the video VAE
 #            (continued from run 1 with the colour loss) and the audio VAE (from scratch), then the transformer.
 #   stage 2: the transformer continues.            stage 3: turbo LoRAs (9 and 5 steps) and the live checks.
-# Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/nano_train, out/run3.
+# Run 4 starts from run 3's shipped files (out/run4 = run 3's transformer, VAEs, log and text table):
+#   stage 4: the video decoder alone learns sharper shapes (encoder frozen: the transformer's latents stay valid), in
+#            a second process beside a new audio VAE (latent head against collapse) and the transformer continuing
+#            on the new audio latents.
+#   stage 5: the transformer continues, then new turbo LoRAs and the live checks.
+# Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/nano_train and CK (default
+# out/run3; out/run4 for stages 4 and 5).
 set -euo pipefail
 stage=$1; shift
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -12,9 +18,10 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 : "${OUT:?OUT must name the folder that comes back}"
 TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
+CK=${CK:-out/run3}
 if [ "$stage" != 1 ]; then
-  [ -f "$TABLE" ] || tar xf out/run3/text.tar -C /tmp
-  [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp out/run3/*.safetensors out/run3/train_log.json /tmp/ck/; }
+  [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
+  [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
 case $stage in
   1)
@@ -33,4 +40,21 @@ case $stage in
     python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases lora --budget 300 \
       --lora-seconds 90 --reserve-final 50 --check-seconds 45 "$@" 2>&1 | tee "$OUT/stdout.log"
     tar cf "$OUT/text.tar" -C /tmp text ;;
+  4)
+    mkdir -p "$OUT/vae"
+    python3 -m train.train_nano --out "$OUT/vae" --resume "$CK" --continue-phases video_vae --phases video_vae \
+      --vae-decoder-only --edge-weight 8 --vae-batch 24 --vae-lr 1e-3 --vae-seconds 470 --budget 520 \
+      --reserve-after-vae 20 > "$OUT/vae/stdout.log" 2>&1 &
+    python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases audio_vae,dit --budget 545 \
+      --audio-probe 1 --audio-l1 0.1 --audio-kl-after 500 --audio-batch 32 --audio-seconds 150 \
+      --reserve-after-audio 340 --audio-weight 1.0 --dit-lr 4e-4 --dit-seconds 600 --reserve-after-dit 30 "$@" \
+      2>&1 | tee "$OUT/stdout.log"
+    wait
+    rm -f "$OUT/video_vae.safetensors"  # the carried (frozen-encoder) copy; the fine-tuned one is in $OUT/vae
+    cp "$OUT/vae/video_vae.safetensors" /tmp/ck/ 2>/dev/null || true ;;
+  5)
+    python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --budget 565 \
+      --audio-weight 1.0 --dit-lr 3e-4 --dit-seconds 600 --reserve-after-dit 300 \
+      --lora-seconds 80 --reserve-final 95 --check-seconds 85 "$@" 2>&1 | tee "$OUT/stdout.log"
+    rm -f "$OUT/video_vae.safetensors" "$OUT/audio_vae.safetensors" ;;
 esac

@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 from train import configs  # noqa: E402
 from train.dataset import (  # noqa: E402
-    BACKGROUNDS, COLOURS, MOTIONS, NUM_FRAMES, NUM_SAMPLES, NUM_TEMPLATES, SHAPES, caption,
-    content_tuples, render_audio, render_video, sample_specs,
+    BACKGROUNDS, COLOURS, MOTIONS, NUM_FRAMES, NUM_SAMPLES, NUM_TEMPLATES, SAMPLE_RATE, SHAPES, WIDTH,
+    bounce_times, caption, content_tuples, render_audio, render_video, sample_specs, tone_frequency, trajectory,
 )
 from train.flow import (  # noqa: E402
     AUDIO_SHIFT, VIDEO_SHIFT, Lora, batch_layout, batched_forward, euler_sample, noised, patchify, shift_sigma,
@@ -160,8 +160,19 @@ def cosine_lr(step: int, warmup: int, progress: float, base: float) -> float:
 # Phase 1: video VAE
 
 
-def train_video_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
-    """Train (or, from `init`, continue training) the video VAE until its deadline."""
+def edge_ring(coverage: torch.Tensor, radius: int) -> torch.Tensor:
+    """(B, T, H, W) coverage → the background pixels within `radius` px of the shape: where a blurred decoder fills
+    a triangle's or a circle's missing corners, so the fill ratio (the tracker's shape cue) reads "square"."""
+    b, t, h, w = coverage.shape
+    dilated = F.max_pool2d(coverage.reshape(b * t, 1, h, w), 2 * radius + 1, stride=1, padding=radius)
+    return (dilated.reshape(b, t, h, w) - coverage).clamp_min(0)
+
+
+def train_video_vae(run: Run, init: Path | None = None, stats: dict | None = None) -> torch.nn.Module:
+    """Train (or, from `init`, continue training) the video VAE until its deadline.
+
+    With --vae-decoder-only the encoder (and so every latent the transformer was trained on) stays fixed and only the
+    decoder learns; `stats` (latents_mean/std of that encoder) are then kept instead of re-measured."""
     from diffusers import AutoencoderKLMiniMaxH3
 
     args = run.args
@@ -171,7 +182,11 @@ def train_video_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
         load_weights(vae, init)
     vae = vae.to(run.device).train()
     vae.use_tiling = False  # 224x128 is below the 256 tile anyway; keep the graph simple
-    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0, betas=(0.9, 0.99))
+    if args.vae_decoder_only:
+        for name, param in vae.named_parameters():
+            param.requires_grad_(name.startswith(("decoder.", "post_quant_conv.")))
+    trainable = [p for p in vae.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=args.vae_lr, weight_decay=0.0, betas=(0.9, 0.99))
     rng = np.random.default_rng(configs.SEED + 1)
     generator = torch.Generator(run.device).manual_seed(configs.SEED + 1)
     window = 22  # 17 * 1 + 5 frames → 7 latent frames, one full decode chunk with its overlap
@@ -185,6 +200,8 @@ def train_video_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
         video, coverage = render_video(specs, frames, run.device, with_mask=True)
         x = to_vae_space(video)
         weight = 1.0 + args.shape_weight * coverage[:, None]
+        if args.edge_weight:
+            weight = weight + args.edge_weight * edge_ring(coverage, args.edge_radius)[:, None]
         for group in optimizer.param_groups:
             group["lr"] = cosine_lr(step, 100, (time.time() - begin) / max(deadline - begin, 1), args.vae_lr)
         with run.autocast():
@@ -198,19 +215,45 @@ def train_video_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
                                                                                         posterior.logvar.float())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         if step % 25 == 0:
             losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_colour.item()])
         step += 1
     vae.eval()
-    mean, std = latent_stats(run, vae)
+    if args.vae_decoder_only and stats and "latents_mean" in stats:
+        mean, std = list(stats["latents_mean"]), list(stats["latents_std"])
+    else:
+        mean, std = latent_stats(run, vae)
     vae.register_to_config(latents_mean=tuple(mean), latents_std=tuple(std))
     save_weights(vae, run.out / FILES["video_vae"])
     run.mirror(FILES["video_vae"])
     run.note("video_vae", steps=step, seconds=round(time.time() - begin, 1), final_l1=losses[-1][2] if losses else None,
-             losses=losses, latents_mean=mean, latents_std=std)
+             losses=losses, latents_mean=mean, latents_std=std, decoder_only=bool(args.vae_decoder_only),
+             roundtrip=roundtrip_check(run, vae))
     return vae
+
+
+@torch.no_grad()
+def roundtrip_check(run: Run, vae, count: int | None = None) -> dict:
+    """The tracker on ground-truth training clips after an encode/decode round trip: the ceiling the VAE puts on
+    what any transformer can show (run 3's VAE: colour 24/24, motion 24/24, shape 8/24)."""
+    from train.metrics import track
+
+    count = count or (24 if run.cuda else 2)
+    specs = sample_specs(configs.SEED + 6, count, "train")
+    hits = {"colour": 0, "motion": 0, "shape": 0}
+    for i in range(0, count, 8):
+        chunk = specs[i:i + 8]
+        with run.autocast():
+            recon = vae.decode(vae.encode(to_vae_space(render_video(chunk, device=run.device))).latent_dist.mode()).sample
+        frames = (from_vae_space(recon) * 255).round().to(torch.uint8).cpu().numpy()
+        for spec, clip in zip(chunk, frames):
+            tr = track(clip)
+            hits["colour"] += tr.colour == spec.colour
+            hits["motion"] += tr.motion == spec.motion
+            hits["shape"] += tr.shape == spec.shape
+    return {k: f"{v}/{count}" for k, v in hits.items()}
 
 
 @torch.no_grad()
@@ -247,7 +290,11 @@ def train_audio_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
     if init is not None:
         load_weights(vae, init)
     vae = vae.to(run.device).train()
-    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.audio_lr, weight_decay=0.0, betas=(0.8, 0.99))
+    # A 1x1 head reads pitch, loudness, click and timbre from the posterior mean. Runs 1 and 3 collapsed (the latent
+    # barely varied over time); the head makes the latent carry what the transformer must steer.
+    head = torch.nn.Conv1d(configs.AUDIO_VAE["latent_channels"], len(AUDIO_TARGETS), 1).to(run.device)
+    optimizer = torch.optim.AdamW([*vae.parameters(), *head.parameters()], lr=args.audio_lr, weight_decay=0.0,
+                                  betas=(0.8, 0.99))
     rng = np.random.default_rng(configs.SEED + 3)
     generator = torch.Generator(run.device).manual_seed(configs.SEED + 3)
     hop = math.prod(configs.AUDIO_VAE["encoder_rates"])
@@ -265,26 +312,84 @@ def train_audio_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
         posterior = vae.encode(x).latent_dist
         z = posterior.mean + posterior.std * torch.randn(posterior.mean.shape, device=run.device, generator=generator)
         recon = vae.decode(z).sample
-        loss_rec = (recon - x).abs().mean() + stft_loss(recon, x)
-        loss = loss_rec + args.audio_kl * gaussian_kl(posterior.mean, 2 * posterior.logs)
+        loss_rec = args.audio_l1 * (recon - x).abs().mean() + stft_loss(recon, x)
+        loss_probe = audio_probe_loss(head(posterior.mean), audio_targets(specs, first, crop, hop, run.device))
+        kl = args.audio_kl if step >= args.audio_kl_after else 0.0
+        loss = loss_rec + args.audio_probe * loss_probe + kl * gaussian_kl(posterior.mean, 2 * posterior.logs)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
         optimizer.step()
         if step % 25 == 0:
-            losses.append([step, round(time.time() - begin, 2), loss_rec.item()])
+            losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_probe.item()])
         step += 1
     vae.eval()
     with torch.no_grad():
         specs = sample_specs(configs.SEED + 4, 8 if run.cuda else 1, "train")
         z = vae.encode(render_audio(specs, run.device).reshape(-1, 1, NUM_SAMPLES)).latent_dist.mode()
+        recon = vae.decode(z).sample
     mean, std = z.mean(dim=(0, 2)).tolist(), z.std(dim=(0, 2)).clamp_min(1e-3).tolist()
     vae.register_to_config(latents_mean=mean, latents_std=std)
     save_weights(vae, run.out / FILES["audio_vae"], dtype=torch.float32)
     run.mirror(FILES["audio_vae"])
     run.note("audio_vae", steps=step, seconds=round(time.time() - begin, 1), final_loss=losses[-1][2] if losses else None,
-             losses=losses, latents_mean=mean, latents_std=std)
+             losses=losses, latents_mean=mean, latents_std=std,
+             latent_time_std=round(z.std(dim=2).mean().item(), 4),  # run 3's collapsed encoder: 0.0036
+             recon_rms=round(recon.pow(2).mean().sqrt().item(), 4),
+             recon_pitch_r=round(pitch_correlation(recon, specs), 3))
     return vae
+
+
+AUDIO_TARGETS = ("pitch", "loudness", "click", "circle", "square", "triangle")
+
+
+def audio_targets(specs, first: int, crop: int, hop: int, device) -> dict[str, torch.Tensor]:
+    """Per latent frame of each mono crop (the (B*2) order of `x` in train_audio_vae): the tone's height-following
+    pitch in [0, 1] (220 → 880 Hz), its pan gain in this channel, whether a bounce click starts in the frame, and the
+    shape (timbre)."""
+    frames = crop // hop
+    times = (first + (torch.arange(frames, dtype=torch.float64) + 0.5) * hop) / SAMPLE_RATE
+    x, y = trajectory(specs, times)
+    radius = torch.tensor([[s.radius] for s in specs], dtype=torch.float64)
+    pitch = torch.log2(tone_frequency(y, radius) / 220.0) / 2.0
+    pan = (x / WIDTH).clamp(0, 1) * (math.pi / 2)
+    loudness = torch.stack([pan.cos(), pan.sin()], dim=1)  # (B, 2, frames)
+    start = (first + torch.arange(frames, dtype=torch.float64) * hop) / SAMPLE_RATE
+    click = torch.zeros(len(specs), frames, dtype=torch.float64)
+    for i, spec in enumerate(specs):
+        for t in bounce_times(spec):
+            click[i] += ((start <= t) & (t < start + hop / SAMPLE_RATE)).double()
+    shape = torch.tensor([SHAPES.index(s.shape) for s in specs])
+    both = lambda v: v[:, None].expand(-1, 2, *v.shape[1:]).reshape(-1, *v.shape[1:])  # noqa: E731
+    return {"pitch": both(pitch).float().to(device), "loudness": loudness.reshape(-1, frames).float().to(device),
+            "click": both(click).clamp(max=1).float().to(device), "shape": both(shape).to(device)}
+
+
+def audio_probe_loss(pred: torch.Tensor, target: dict[str, torch.Tensor]) -> torch.Tensor:
+    """pred: (B*2, 6, frames) from the head on the posterior mean."""
+    loss = F.mse_loss(pred[:, 0], target["pitch"]) + F.mse_loss(pred[:, 1], target["loudness"])
+    loss = loss + F.binary_cross_entropy_with_logits(pred[:, 2], target["click"], pos_weight=torch.tensor(20.0,
+                                                                                                        device=pred.device))
+    shape = target["shape"][:, None].expand(-1, pred.shape[-1])
+    return loss + F.cross_entropy(pred[:, 3:], shape)
+
+
+@torch.no_grad()
+def pitch_correlation(recon: torch.Tensor, specs) -> float:
+    """Pearson r between log dominant frequency (150–1200 Hz) of the decoded audio and the rendered tone's, per 25 ms
+    frame, over all clips (mono, B*2 order): does the round trip keep the pitch at all?"""
+    n_fft, hop = 1024, 400
+    spec = torch.stft(recon.squeeze(1).float(), n_fft, hop, window=torch.hann_window(n_fft, device=recon.device),
+                      return_complex=True).abs()  # (B*2, freqs, frames)
+    freqs = torch.fft.rfftfreq(n_fft, 1 / SAMPLE_RATE).to(recon.device)
+    band = (freqs >= 150) & (freqs <= 1200)
+    found = freqs[band][spec[:, band].argmax(dim=1)]
+    times = torch.arange(spec.shape[-1], dtype=torch.float64) * hop / SAMPLE_RATE
+    _, y = trajectory(specs, times)
+    radius = torch.tensor([[s.radius] for s in specs], dtype=torch.float64)
+    truth = tone_frequency(y, radius).repeat_interleave(2, dim=0).to(recon.device)
+    a, b = found.double().log().flatten(), truth.log().flatten()
+    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -606,10 +711,19 @@ def parse_args(argv=None):
     p.add_argument("--vae-kl", type=float, default=1e-4)
     p.add_argument("--shape-weight", type=float, default=8.0)
     p.add_argument("--colour-weight", type=float, default=4.0, help="weight of the shape's mean-colour L1")
+    p.add_argument("--edge-weight", type=float, default=0.0,
+                   help="extra L1 weight on background pixels near the shape (keeps corners; 0 = run 3's loss)")
+    p.add_argument("--edge-radius", type=int, default=8, help="px around the shape that --edge-weight covers")
+    p.add_argument("--vae-decoder-only", action="store_true",
+                   help="train only the video decoder: latents (and the transformer trained on them) stay valid")
     p.add_argument("--audio-seconds", type=float, default=20)
     p.add_argument("--audio-batch", type=int, default=16)
     p.add_argument("--audio-lr", type=float, default=2e-3)
     p.add_argument("--audio-kl", type=float, default=1e-6)
+    p.add_argument("--audio-kl-after", type=int, default=0, help="audio VAE steps before the KL term starts")
+    p.add_argument("--audio-l1", type=float, default=1.0, help="weight of the waveform L1 (phase-sensitive)")
+    p.add_argument("--audio-probe", type=float, default=0.0,
+                   help="weight of the latent head loss (pitch, loudness, click, timbre read from the latent)")
     p.add_argument("--num-clips", type=int, default=2400)
     p.add_argument("--encode-batch", type=int, default=48)
     p.add_argument("--dit-seconds", type=float, default=400)
@@ -670,10 +784,16 @@ def main(argv=None) -> None:
         wanted = key in args.continue_phases.split(",")
         return path if wanted and path is not None and path.is_file() else None
 
-    vae = vae or train_video_vae(run, init_for("video_vae"))
+    vae = vae or train_video_vae(run, init_for("video_vae"), resumed_log.get("video_vae"))
+    if phases == {"video_vae"}:  # a decoder fine-tune running beside the rest of the run, in its own process
+        run.note("done", elapsed=round(run.elapsed(), 1))
+        return
     audio_vae = None if "audio_vae" in phases else resumed(
         "audio_vae", load_vae_config(AutoencoderKLMiniMaxH3Audio, configs.AUDIO_VAE, "audio_vae"))
     audio_vae = audio_vae or train_audio_vae(run, init_for("audio_vae"))
+    if not phases & {"dit", "lora"}:
+        run.note("done", elapsed=round(run.elapsed(), 1))
+        return
     for module in (vae, audio_vae):
         module.eval().requires_grad_(False)
     # Carry the latent statistics forward in this run's log, so a later resume finds them here too.
