@@ -22,6 +22,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_kernels_gpu.py": ("gpu",),
     "tests/test_parallel.py": ("slow",),  # worker process groups
     "tests/test_remote.py": ("slow",),  # studio servers in subprocesses
+    "tests/test_ui_inputs.py": ("slow",),  # builds the whole studio page over the nano
     "tests/test_ghost_calibration.py::test_ghost_detector_calibration": ("slow",),
     "tests/test_kernels.py::test_triton_interpreter": ("slow",),
     "tests/test_engine.py::test_baseline_equals_diffusers_modular_pipeline": ("slow",),
@@ -37,6 +38,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_tiers.py::test_sparse_schedule_records_dense_and_sparse_steps": ("slow",),
     "tests/test_tiers.py::test_cache_threshold_zero_is_identical_to_no_cache": ("slow",),
     "tests/test_quality.py::test_cli_mismatch_errors_and_align": ("slow",),
+    "tests/test_tiers.py::test_baseline_after_a_merged_turbo_clip_is_bit_identical_to_one_before": ("slow",),
+    "tests/test_tiers.py::test_merged_turbo_computes_what_the_unmerged_hooks_do": ("slow",),
 }
 
 

@@ -17,6 +17,7 @@ import gradio as gr
 from db.errors import StoreError
 from engine.errors import RequestError
 from engine.labels import RANDOM_WEIGHTS
+from engine.request import ModelLimits, validate_duration
 from studio.jobs import QueueFull
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui.common import error_html, random_badge
@@ -32,6 +33,16 @@ SEED_RANGE = 2**31 - 1
 def _lora_html(row: dict[str, Any]) -> str:
     """What the tier's LoRA is, from its own metadata: distilled, random, or unlabelled."""
     return f"<br>LoRA: {html.escape(row['lora_text'])}" if row.get("lora_text") else ""
+
+
+def checked_duration(service: StudioService, value: Any) -> float:
+    """The duration box's value within the model's limits, else RequestError naming "duration".
+
+    Why here: the events that read the box run with preprocess=False, because Gradio's own range check on a
+    slider answers a typed 20 with a bare 500 and a logged traceback (issue 19 #13); the value arrives as typed.
+    """
+    limits = service.engine.limits if service.ready else ModelLimits()  # the nano's limits while it loads
+    return validate_duration(value, limits, "duration")
 
 
 def tier_rows(service: StudioService, duration: float) -> list[dict[str, Any]]:
@@ -139,15 +150,29 @@ def build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, Any
     pair_state = gr.State(None)
 
     def refresh_tiers(duration_value, current):
-        rows = tier_rows(service, duration_value)
+        """The tier picker, its card and the duration's error slot, for the duration box's value as typed."""
+        try:
+            seconds = checked_duration(service, duration_value)
+        except RequestError as error:  # the picker keeps the last valid duration's tiers
+            return gr.update(), gr.update(), error_html(error.field, error.message)
+        rows = tier_rows(service, seconds)
         choices = tier_choices(rows)
         names = [value for _, value in choices]
         available = [r["name"] for r in rows if r["available"] and r["name"] != "baseline"]
         value = current if current in names else (available[0] if available else None)
-        return gr.update(choices=choices, value=value), tier_card_html(rows, value, duration_value)
+        return gr.update(choices=choices, value=value), tier_card_html(rows, value, seconds), ""
 
-    duration.change(refresh_tiers, [duration, tier], [tier, tier_card], queue=False)
-    tier.change(lambda d, t: tier_card_html(tier_rows(service, d), t, d), [duration, tier], tier_card, queue=False)
+    def show_tier(duration_value, name):
+        try:
+            seconds = checked_duration(service, duration_value)
+        except RequestError:
+            return gr.update()  # the duration's own slot says what is wrong
+        return tier_card_html(tier_rows(service, seconds), name, seconds)
+
+    # preprocess=False on every event that reads the duration: see checked_duration.
+    duration.change(refresh_tiers, [duration, tier], [tier, tier_card, duration_err], queue=False,
+                    preprocess=False)
+    tier.change(show_tier, [duration, tier], tier_card, queue=False, preprocess=False)
     randomise.click(lambda: random.randint(0, SEED_RANGE), None, seed, queue=False)
 
     slots = {"prompt": prompt_err, "duration": duration_err, "aspect": aspect_err, "seed": seed_err,
@@ -182,9 +207,10 @@ def build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, Any
     event = go.click(lambda: [""] * len(slots), None, list(slots.values()), queue=False).then(
         run, [prompt, duration, aspect, seed, tier, short_edge, steps, baseline_steps, force], outputs,
                      concurrency_limit=GENERATE_CONCURRENCY, concurrency_id="generate", show_progress_on=result,
-                     scroll_to_output=True)
+                     scroll_to_output=True, preprocess=False)  # the engine's validation names each field
     cancel.click(lambda pid: _cancel(service, pid), pair_state, [general_err, result], cancels=[event], queue=False)
-    return {"duration": duration, "tier": tier, "tier_card": tier_card, "refresh_tiers": refresh_tiers,
+    return {"duration": duration, "duration_error": duration_err, "tier": tier, "tier_card": tier_card,
+            "refresh_tiers": refresh_tiers,
             "event": event, "pair": pair_state, "open_compare": open_compare}
 
 

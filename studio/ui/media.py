@@ -7,6 +7,7 @@ must not decode the video again.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import shutil
 import tempfile
@@ -115,7 +116,8 @@ class MediaDir:
     Why a copy: Gradio only serves files from the working directory or the temp dir unless the app is mounted
     with ``allowed_paths``, and the data dir may be anywhere. Files are named by the clip's sha256, so a
     clip is copied once. The folders are private to the server's user (0700: the temp dir is shared), and a
-    server starts with an empty one (copies are remade on demand), so they never outgrow one run.
+    server starts with an empty one (copies are remade on demand) and removes it when its process exits, so they
+    never outlive one run (a killed server's copies go at the next start).
     """
 
     def __init__(self, data_dir: str | Path):
@@ -126,6 +128,7 @@ class MediaDir:
         for folder in (parent, self.root):
             folder.mkdir(mode=0o700, exist_ok=True)
             folder.chmod(0o700)  # also when an older server made it world-readable
+        atexit.register(shutil.rmtree, self.root, ignore_errors=True)
 
     def video(self, sha: str, source: str | Path) -> str:
         target = self.root / f"{sha[:32]}.mp4"

@@ -107,24 +107,25 @@ def _wire_cross_tab(service, demo, tabs, status, generate, compare, review, conf
     timer = gr.Timer(2.0)
     tiers_loaded = gr.State(False)
 
+    tier_outputs = [generate["tier"], generate["tier_card"], generate["duration_error"]]
+
     def tick(loaded, duration, tier):
         html_ = status_html(service)
         if loaded or not service.ready:
-            return html_, loaded, gr.update(), gr.update()
-        choices, card = generate["refresh_tiers"](duration, tier)
-        return html_, True, choices, card
+            return html_, loaded, gr.update(), gr.update(), gr.update()
+        return html_, True, *generate["refresh_tiers"](duration, tier)
 
-    timer.tick(tick, [tiers_loaded, generate["duration"], generate["tier"]],
-               [status, tiers_loaded, generate["tier"], generate["tier_card"]], queue=False, show_progress="hidden")
+    # preprocess=False: these read the duration box as typed (studio.ui.generate.checked_duration says why).
+    timer.tick(tick, [tiers_loaded, generate["duration"], generate["tier"]], [status, tiers_loaded, *tier_outputs],
+               queue=False, show_progress="hidden", preprocess=False)
 
     def on_load(duration, tier, compare_pair, request: gr.Request):
-        choices, card = generate["refresh_tiers"](duration, tier)
-        return [choices, card, service.ready,
+        return [*generate["refresh_tiers"](duration, tier), service.ready,
                 completed_pair_dropdown(service, compare_pair, newest_if_gone=True),
                 *review["on_load"](request)]
 
     demo.load(on_load, [generate["duration"], generate["tier"], compare["pair"]],
-              [generate["tier"], generate["tier_card"], tiers_loaded, compare["pair"], *review["load_outputs"]])
+              [*tier_outputs, tiers_loaded, compare["pair"], *review["load_outputs"]], preprocess=False)
 
     # A finished generation: refresh the pair lists and select the new pair (its change event loads Compare).
     generate["event"].then(lambda pid, current: completed_pair_dropdown(service, current, select=pid,
