@@ -217,6 +217,13 @@ class Engine:
                 adapter = self._adapter(str(tier.lora.resolved()), tier.lora.scale)
                 handle = adapter.apply(transformer)
                 lora_report = adapter.report.to_dict()
+                lora_report["merged_layers"] = 0
+                # Folded into the weights for this request, so a block costs what a dense one does; the base
+                # weights come back bit for bit in `finally`. FSDP shards (DTensors) stay on the hooks.
+                if tier.lora.merge and self.parallel is None:
+                    start = time.perf_counter()
+                    lora_report["merged_layers"] = handle.merge()
+                    lora_report["merge_s"] = time.perf_counter() - start
             if tier.sparse or tier.fused or layout.padded_length > layout.length or self.parallel is not None:
                 runtime = AttentionRuntime(plan=plan, valid_length=layout.length,
                                            padded_length=layout.padded_length, video_start=layout.video_start,
@@ -246,7 +253,10 @@ class Engine:
             if previous is not None:
                 restore_processors(transformer, previous)
             if handle is not None:
+                start = time.perf_counter()
                 handle.remove()
+                if lora_report is not None and lora_report["merged_layers"]:
+                    lora_report["restore_s"] = time.perf_counter() - start
 
     def _adapter(self, path: str, scale: float):
         from engine.lora import load_lora

@@ -8,9 +8,10 @@ because the split assumed equal q/k/v widths, a 5-step LoRA silently matched 0 o
   layouts, the fused-QKV split, the FFN order and the alpha/rank rules are engine/lora_keys.py's),
 - refuses (`LoraError`) any key that maps to nothing, any shape mismatch, and adapters that match 0 layers,
 - reports what matched, the alpha/rank it used and the resulting effective scale (`LoraReport`),
-- applies the adapter *unmerged* through hooks on its Linears (engine/hooks.py), so one process can switch
-  baseline <-> turbo per request; `LoraHandle.remove()` restores the exact base model (bitwise), and `merge()` /
-  `unmerge()` are optional.
+- applies the adapter through hooks on its Linears (engine/hooks.py), so one process can switch baseline <-> turbo
+  per request; `merge()` then folds it into the weights (the engine does, per request, for tiers whose
+  `LoraSpec.merge` is on: a block then costs a dense one), and `LoraHandle.remove()` restores the exact base model
+  (bitwise, through engine/weight_undo.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 from torch import nn
 
 from engine.hooks import ModelHook, add_hook, remove_hook
+from engine.weight_undo import WeightUndo
 from engine.lora_keys import (LayerDelta, LoraError, LoraReport, alpha_rules, check_path, detect_format, find_linear,
                               linear_layers, map_state_dict, read_header, split_key)
 
@@ -61,7 +63,7 @@ class _Piece:
 class _LiveLayer:
     module: nn.Linear
     pieces: list[_Piece]
-    original_weight: torch.Tensor | None = None  # set while merged
+    undo: WeightUndo | None = None  # set while merged: restores the base weight exactly
 
 
 # Models with an active handle, so two adapters never stack by accident (a per-request switch must remove first).
@@ -93,7 +95,7 @@ class LoraHandle:
     def _with_delta(self, layer: _LiveLayer, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         """The layer's output `output` for input `x` plus this adapter's update (unchanged at scale 0 or merged)."""
         scale = self.adapter.tier_scale
-        if scale == 0.0 or layer.original_weight is not None:
+        if scale == 0.0 or layer.undo is not None:
             return output  # scale 0 or merged: the base output is already right
         out = output
         for piece in layer.pieces:
@@ -114,7 +116,7 @@ class LoraHandle:
 
     @property
     def merged_layers(self) -> int:
-        return sum(layer.original_weight is not None for layer in self._layers)
+        return sum(layer.undo is not None for layer in self._layers)
 
     def set_scale(self, scale: float) -> None:
         """Same as `adapter.set_scale`: every handle of the adapter follows (merged layers are re-merged)."""
@@ -125,14 +127,15 @@ class LoraHandle:
         """Fold the update into the weights for speed; returns the number of layers merged.
 
         A layer is skipped (stays on its hook) when the weight dtype's rounding would lose more than `max_rounding_loss`
-        of the update (SGLang's rule for bf16: `|realised - wanted| > 0.5 |wanted|`). The original weights are kept so
-        `unmerge()` / `remove()` restore them exactly.
+        of the update (SGLang's rule for bf16: `|realised - wanted| > 0.5 |wanted|`). Each merged layer keeps a
+        `WeightUndo` (engine/weight_undo.py: one byte per element for 16-bit weights, a copy otherwise), so
+        `unmerge()` / `remove()` restore the base weights bit for bit.
         """
         self._check_active()
         scale = self.adapter.tier_scale
         merged = 0
         for layer in self._layers:
-            if layer.original_weight is not None:
+            if layer.undo is not None:
                 merged += 1
                 continue
             weight = layer.module.weight
@@ -146,7 +149,7 @@ class LoraHandle:
             wanted_norm = wanted.norm()
             if wanted_norm == 0 or (new.float() - weight.float() - wanted).norm() > max_rounding_loss * wanted_norm:
                 continue
-            layer.original_weight = weight.detach().clone()
+            layer.undo = WeightUndo.record(weight, new)
             weight.copy_(new)
             merged += 1
         return merged
@@ -155,9 +158,9 @@ class LoraHandle:
     def unmerge(self) -> None:
         """Restore the exact original weights of merged layers; the hooks take over again."""
         for layer in self._layers:
-            if layer.original_weight is not None:
-                layer.module.weight.copy_(layer.original_weight)
-                layer.original_weight = None
+            if layer.undo is not None:
+                layer.undo.apply(layer.module.weight)
+                layer.undo = None
 
     def remove(self) -> None:
         """Unmerge and remove every hook: the model is bitwise the base model again. Idempotent."""

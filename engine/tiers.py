@@ -36,6 +36,9 @@ GHOSTING_WARNING = (
 class LoraSpec:
     path: str  # relative paths resolve against assets/loras
     scale: float = 1.0
+    # Fold the update into the weights for each request (a block then costs a dense one; the base weights are
+    # restored exactly afterwards, engine/weight_undo.py). False: unmerged hooks, one extra low-rank pair per Linear.
+    merge: bool = True
 
     def resolved(self) -> Path:
         path = Path(self.path)
@@ -80,7 +83,7 @@ class TierSpec:
     def techniques(self) -> list[str]:
         names = []
         if self.lora:
-            names.append(f"LoRA ×{self.lora.scale:g}")
+            names.append(f"LoRA ×{self.lora.scale:g}" + (" merged" if self.lora.merge else ""))
         if self.fused:
             names.append("fused kernels")
         if self.sparse:

@@ -40,6 +40,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_quality.py::test_cli_mismatch_errors_and_align": ("slow",),
     "tests/test_tiers.py::test_baseline_after_a_merged_turbo_clip_is_bit_identical_to_one_before": ("slow",),
     "tests/test_tiers.py::test_merged_turbo_computes_what_the_unmerged_hooks_do": ("slow",),
+    "tests/test_tiers.py::test_baseline_after_a_merged_turbo_clip_is_bit_identical_to_one_before": ("slow",),
+    "tests/test_tiers.py::test_merged_turbo_computes_what_the_unmerged_hooks_do": ("slow",),
 }
 
 
