@@ -150,6 +150,21 @@ class BlindAnswer(BaseModel):
     change_note: Text | None = Field(None, description="why: required when correcting your earlier verdict")
 
 
+class CampaignCreate(BaseModel):
+    """A review campaign: one tier configuration over a prompt suite (or pasted prompts) × seeds."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: Text | None = None
+    tier: Text
+    suite: Text | None = Field(None, description="a prompt suite: GET /v1/prompt-suites")
+    prompts: Text | list[Text] | None = Field(None, description="pasted prompts: text, one per line, or a list")
+    seeds: list[int] | None = Field(None, description="each prompt runs once per seed (default [0])")
+    target: Target | None = None
+    force: bool | None = None
+    steps: int | None = None
+    baseline_steps: int | None = None
+
+
 class RuleUpdate(BaseModel):
     """Admin only: the approval rule's fields to change."""
 
@@ -505,6 +520,44 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         verdict, view = service.blind.answer(blind_id, _reviewer(user, body.reviewer), body.answer, body.reasons,
                                              body.notes, body.change_note)
         return {"object": "verdict", **verdict.as_dict(), "blind_review": blind_object(view)}
+
+    # -------------------------------------------------------------------------------- campaigns
+
+    @router.get("/prompt-suites", tags=["campaigns"], summary="The prompt suites a campaign can use")
+    def prompt_suites() -> dict[str, Any]:
+        return {"object": "list", "data": service.campaigns.suites()}
+
+    @router.post("/campaigns", tags=["campaigns"], summary="Queue every pair of a tier over prompts × seeds")
+    def create_campaign(body: CampaignCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        payload = body.model_dump(exclude_none=True)
+        if isinstance(payload.get("target"), dict):
+            payload["target"] = {k: v for k, v in payload["target"].items() if v is not None}
+        return service.campaigns.create(payload, created_by=user)
+
+    @router.get("/campaigns", tags=["campaigns"], summary="Campaigns with their progress, newest first")
+    def list_campaigns() -> dict[str, Any]:
+        return {"object": "list", "data": service.campaigns.list()}
+
+    @router.get("/campaigns/{campaign_id}", tags=["campaigns"], summary="A campaign's progress and its items")
+    def get_campaign(campaign_id: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return {**service.campaigns.progress(campaign_id, user), "data": service.campaigns.items(campaign_id)}
+
+    @router.delete("/campaigns/{campaign_id}", tags=["campaigns"],
+                   summary="Stop queueing a campaign's pairs (its creator or an admin)")
+    def cancel_campaign(campaign_id: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return service.campaigns.cancel(campaign_id, _actor(accounts, user))
+
+    @router.get("/campaigns/{campaign_id}/next", tags=["campaigns"],
+                summary="The next completed pair of the campaign you have not reviewed")
+    def next_unreviewed(campaign_id: str, reviewer: str | None = None,
+                        user: str | None = Depends(current_user)) -> dict[str, Any]:
+        name = _reviewer(user, reviewer)
+        pair_id = service.campaigns.next_unreviewed(campaign_id, name)
+        progress = service.campaigns.progress(campaign_id, name)
+        return {"object": "campaign.next", "campaign_id": campaign_id, "reviewer": name,
+                "pair": pair_object(service.get_pair(pair_id)) if pair_id else None,
+                "left_for_reviewer": progress["left_for_reviewer"], "items": progress["items"],
+                "pairs": progress["pairs"]}
 
     @router.get("/approval-rule", tags=["review"], summary="The approval rule and every earlier one")
     def approval_rule() -> dict[str, Any]:

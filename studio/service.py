@@ -36,6 +36,7 @@ from engine.interface import ModelEngine, RequestPlan
 from engine.labels import model_label
 from engine.request import ASPECT_RATIOS, GenerationRequest, validate_duration
 from studio.blind import BlindService
+from studio.campaigns import CampaignRunner
 from studio.export import export_pairs
 from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
 from studio.pairs import BASELINE_TIER, QUALITY_UNAVAILABLE, PairFlow, plan_pair
@@ -122,6 +123,7 @@ class StudioService:
         self._resume_remote_jobs(store.resumable_videos)
         if engine is not None:
             self.attach_engine(engine)
+        self.campaigns = CampaignRunner(self)  # review campaigns and their feeder thread (studio/campaigns.py)
 
     @classmethod
     def open(cls, data_dir: str | Path, pod_rate_usd_per_hour: float = DEFAULT_POD_RATE, queue_size: int = 8,
@@ -275,6 +277,7 @@ class StudioService:
         if self._closed:
             return
         self._closed = True
+        self.campaigns.close()  # first: no new pairs while the queues stop
         for queue in self._all_queues():
             queue.stop()
         if self.remotes is not None:
@@ -496,8 +499,9 @@ class StudioService:
         return self.store.list_configurations()
 
     def configuration(self, key: str) -> dict[str, Any]:
-        """One configuration's tally, rule and verdict history (NotFound naming key)."""
-        return self.store.configuration_status(key)
+        """One configuration's tally, rule, verdict history and the coverage of the campaigns that review it
+        (NotFound naming key)."""
+        return {**self.store.configuration_status(key), "campaigns": self.campaigns.coverage(key)}
 
     @property
     def approval_rule(self) -> ApprovalRule:

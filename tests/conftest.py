@@ -19,6 +19,7 @@ import pytest  # noqa: E402
 MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_ui_e2e.py": ("browser", "slow"),
     "tests/test_review_e2e.py": ("browser", "slow"),
+    "tests/test_campaigns.py": ("slow",),  # nano pairs in bulk
     "tests/test_kernels_gpu.py": ("gpu",),
     "tests/test_parallel.py": ("slow",),  # worker process groups
     "tests/test_remote.py": ("slow",),  # studio servers in subprocesses
