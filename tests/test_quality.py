@@ -9,8 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import types
-import urllib.error
 from pathlib import Path
 
 import cv2
@@ -37,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 W, H, T = 448, 256, 16
 SUMMARY_KEYS = {"frames", "ghosting", "ghost_score", "worst_frame", "psnr_mean", "ssim_mean", "lpips_delta",
                 "sharpness_ratio", "temporal_jitter_ratio", "audio", "per_frame", "gates", "suggested_verdict",
-                "suggestion_reasons", "lpips_reason"}
+                "suggestion_reasons", "lpips_reason", "flip", "flip_reason", "temporal_consistency"}
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +134,13 @@ def test_noise_and_blur_fail_sharpness_and_jitter_but_are_not_ghosts(base_frames
 def test_gates_are_configurable(base_frames):
     comparison = compare_clips(clip(base_frames), clip(synth.noise(base_frames, 8)), lpips=False,
                                gates=Gates(sharpness_ratio_max=10.0, temporal_jitter_ratio_max=100.0,
-                                           lpips_delta_max=None))
+                                           lpips_delta_max=None, flip_mean_max=None, temporal_consistency_max=None))
     summary = comparison.summary()
     assert summary["gates"]["sharpness_ratio"] == {"value": summary["sharpness_ratio"], "limit": [0.95, 10.0],
                                                    "passed": True}
     assert summary["gates"]["lpips_delta"]["limit"] is None
+    assert summary["gates"]["flip"] == {"value": summary["flip"], "limit": None, "passed": None}
+    assert summary["gates"]["temporal_consistency"]["passed"] is None and summary["temporal_consistency"] > 0
     assert summary["suggested_verdict"] == "accept"
 
 
@@ -194,44 +194,15 @@ def test_audio_gate_in_summary(base_frames, audio):
 # ---------------------------------------------------------------------------------------------- LPIPS
 
 
-def test_lpips_unavailable_is_null_with_reason(base_frames, monkeypatch):
+def test_lpips_unavailable_is_null_with_reason(base_frames, monkeypatch, tmp_path):
+    """No AlexNet weights on disk (an empty torch hub cache): null, the reason, and no gate verdict. LPIPS with
+    weights, and the other reasons, are in test_lpips_weights.py."""
     lpips_metric.reset_lpips_cache()
-    monkeypatch.setitem(sys.modules, "lpips", None)  # import lpips -> ImportError, as without torchvision
-    summary = compare_clips(clip(base_frames), clip(base_frames)).summary()
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    summary = compare_clips(clip(base_frames), clip(base_frames), flip=False).summary()
     assert summary["lpips_delta"] is None and summary["per_frame"][0]["lpips"] is None
-    assert "lpips package could not be imported" in summary["lpips_reason"]
+    assert summary["lpips_reason"].startswith("LPIPS not available") and "--lpips-weights" in summary["lpips_reason"]
     assert summary["gates"]["lpips_delta"]["passed"] is None
-    lpips_metric.reset_lpips_cache()
-
-
-def test_lpips_without_torchvision_says_what_is_missing_and_how_to_enable_it(monkeypatch):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_torchvision(name, *args, **kwargs):
-        if name == "lpips":  # what `import lpips` raises on the CPU install
-            raise ModuleNotFoundError("No module named 'torchvision'", name="torchvision")
-        return real_import(name, *args, **kwargs)
-
-    lpips_metric.reset_lpips_cache()
-    monkeypatch.setattr(builtins, "__import__", no_torchvision)
-    scorer, reason = lpips_metric.load_lpips()
-    monkeypatch.undo()
-    lpips_metric.reset_lpips_cache()
-    assert scorer is None and "ModuleNotFoundError" not in reason
-    assert "torchvision is not installed" in reason and "To enable LPIPS, install" in reason
-
-
-def test_lpips_offline_download_is_null_with_reason(base_frames, monkeypatch):
-    def offline(**_kwargs):
-        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
-
-    lpips_metric.reset_lpips_cache()
-    monkeypatch.setitem(sys.modules, "lpips", types.SimpleNamespace(LPIPS=offline))
-    summary = compare_clips(clip(base_frames), clip(base_frames)).summary()
-    assert summary["lpips_delta"] is None
-    assert "alex backbone weights could not be loaded (URLError" in summary["lpips_reason"]
     lpips_metric.reset_lpips_cache()
 
 

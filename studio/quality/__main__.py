@@ -27,20 +27,33 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--align", action="store_true",
                      help="compare mismatched clips: cut to the shorter, resize the candidate to the baseline")
     cmp.add_argument("--no-lpips", action="store_true", help="skip LPIPS (lpips_delta is then null)")
+    cmp.add_argument("--lpips-weights", metavar="PATH",
+                     help="torchvision's AlexNet checkpoint (alexnet-owt-7be5be79.pth) for LPIPS; default: the torch "
+                          "hub cache's")
+    cmp.add_argument("--no-flip", action="store_true", help="skip FLIP (flip is then null)")
     defaults = Gates()
     cmp.add_argument("--lpips-max", type=float, default=defaults.lpips_delta_max,
                      help="LPIPS delta gate (Sol-Engine tiers: 0.01, 0.04, 0.09; default %(default)s)")
     cmp.add_argument("--desync-max-ms", type=float, default=defaults.audio_desync_max_ms,
                      help="audio desync gate in ms (default %(default)s)")
+    cmp.add_argument("--flip-max", type=float, default=defaults.flip_mean_max,
+                     help="mean FLIP gate (default %(default)s)")
+    cmp.add_argument("--temporal-max", type=float, default=defaults.temporal_consistency_max,
+                     help="temporal-consistency gate, 8-bit luma levels (default %(default)s)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    gates = Gates(lpips_delta_max=args.lpips_max, audio_desync_max_ms=args.desync_max_ms)
+    gates = Gates(lpips_delta_max=args.lpips_max, audio_desync_max_ms=args.desync_max_ms,
+                  flip_mean_max=args.flip_max, temporal_consistency_max=args.temporal_max)
+    if args.lpips_weights and not Path(args.lpips_weights).is_file():
+        print(f"error: --lpips-weights: {args.lpips_weights} is not a file", file=sys.stderr)
+        return 2
     try:
         comparison = compare_clips(read_clip(args.baseline), read_clip(args.candidate), gates=gates,
-                                   align=args.align, lpips=not args.no_lpips)
+                                   align=args.align, lpips=not args.no_lpips, flip=not args.no_flip,
+                                   lpips_weights=args.lpips_weights)
     except QualityError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,8 @@
 """compare_clips: every quality measure of a baseline/candidate pair, and the summary the CLI and studio show.
 
 Data path: check (or, with align, reconcile) the pair -> one full-resolution pass per frame pair (PSNR, SSIM,
-sharpness, abs-diff, analysis planes) -> per-clip motion (flow-warping error, speed) -> ghost detector -> LPIPS
--> audio -> gates (applied when the summary is built, so changing `gates` needs no recomputation).
+sharpness, abs-diff, analysis planes) -> per-clip motion (flow-warping error, speed) -> temporal consistency
+(candidate against baseline, with the baseline's flow) -> ghost detector -> FLIP maps -> LPIPS -> audio -> gates (applied when the summary is built, so changing `gates` needs no recomputation).
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from .analysis import analysis_factor, stack_planes
 from .audio import AudioComparison, compare_audio
 from .clipio import ClipData
 from .errors import QualityError
+from .flip_metric import flip_available, flip_frame
 from .gates import GateInputs, Gates, evaluate
 from .ghost import GhostParams, GhostResult, detect_ghosts
 from .lpips_metric import LpipsScorer, load_lpips
 from .metrics import frame_pass, jitter_ratio, motion, per_frame_jitter
+from .temporal import temporal_consistency, temporal_errors
 
 
 @dataclass
@@ -32,6 +34,9 @@ class Comparison:
     absdiff: uint8 (T, H, W), max over channels of |candidate - baseline| at full resolution.
     ghost.heatmaps: float32 (T, h, w) in [0, 1] on the analysis grid (h = H / factor); `ghost_heatmap(i)` gives
     one at full resolution. lpips is None (with lpips_reason) when LPIPS could not run.
+    flip: float32 (T,) mean FLIP error per frame, flip_maps: float32 (T, h, w) in [0, 1] on the analysis grid
+    (`flip_map(i)` gives one at full resolution); both None (with flip_reason) when FLIP did not run.
+    temporal_error: float32 (T,) flow-warped frame-to-frame error against the baseline (temporal.py), 0 at t = 0.
     """
 
     baseline: ClipData
@@ -45,6 +50,10 @@ class Comparison:
     absdiff: np.ndarray
     ghost: GhostResult
     factor: int
+    temporal_error: np.ndarray | None = None
+    flip: np.ndarray | None = None
+    flip_maps: np.ndarray | None = None
+    flip_reason: str | None = None
     lpips: np.ndarray | None = None
     lpips_reason: str | None = None
     audio: AudioComparison | None = None
@@ -60,6 +69,21 @@ class Comparison:
         """float32 (H, W) in [0, 1]: frame `index`'s ghost heatmap at full resolution."""
         width, height = self.baseline.size
         return cv2.resize(self.ghost.heatmaps[index], (width, height), interpolation=cv2.INTER_LINEAR)
+
+    def flip_map(self, index: int) -> np.ndarray:
+        """float32 (H, W) in [0, 1]: frame `index`'s FLIP error map at full resolution (FLIP must have run)."""
+        if self.flip_maps is None:
+            raise QualityError(f"no FLIP maps: {self.flip_reason}")
+        width, height = self.baseline.size
+        return cv2.resize(self.flip_maps[index], (width, height), interpolation=cv2.INTER_LINEAR)
+
+    @property
+    def flip_mean(self) -> float | None:
+        return None if self.flip is None else float(self.flip.mean())
+
+    @property
+    def temporal_consistency(self) -> float | None:
+        return None if self.temporal_error is None else temporal_consistency(self.temporal_error)
 
     @property
     def sharpness_ratio(self) -> float:
@@ -92,6 +116,9 @@ class Comparison:
             "lpips_delta": None if self.lpips_delta is None else round(self.lpips_delta, 5),
             "sharpness_ratio": round(self.sharpness_ratio, 4),
             "temporal_jitter_ratio": None if jitter is None else round(jitter, 4),
+            "temporal_consistency": _round(self.temporal_consistency, 4),
+            "flip": _round(self.flip_mean, 5),
+            "flip_reason": self.flip_reason,
             "audio": None if self.audio is None else self.audio.to_dict(),
             "per_frame": self._per_frame(),
             "gates": table,
@@ -114,6 +141,9 @@ class Comparison:
             else round(self.audio.desync_ms, 1),
             audio_reason=self.audio_reason,
             psnr_mean=round(float(self.psnr.mean()), 3),
+            flip_mean=_round(self.flip_mean, 5),
+            flip_reason=self.flip_reason,
+            temporal_consistency=_round(self.temporal_consistency, 4),
         )
 
     def _per_frame(self) -> list[dict[str, Any]]:
@@ -128,12 +158,18 @@ class Comparison:
                 "lpips": None if self.lpips is None else round(float(self.lpips[i]), 5),
                 "sharpness_ratio": round(float((self.sharpness_cand[i] + 1e-6) / (self.sharpness_base[i] + 1e-6)), 4),
                 "jitter_ratio": round(float(jitter[i]), 4),
+                "temporal_error": None if self.temporal_error is None else round(float(self.temporal_error[i]), 4),
+                "flip": None if self.flip is None else round(float(self.flip[i]), 5),
                 "ghost_score": round(float(g.scores[i]), 4),
                 "ghost_lag": int(g.lags[i]),
                 "ghost_displacement_px": round(float(g.displacement[i]) * self.factor, 1),
                 "ghost": bool(g.scores[i] >= g.params.frame_threshold),
             })
         return rows
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def reconcile(baseline: ClipData, candidate: ClipData, align: bool) -> tuple[ClipData, ClipData, list[str]]:
@@ -174,11 +210,14 @@ def _audio(baseline: ClipData, candidate: ClipData) -> tuple[AudioComparison | N
 
 
 def compare_clips(baseline: ClipData, candidate: ClipData, gates: Gates | None = None, align: bool = False,
-                  lpips: bool = True, *, ghost_params: GhostParams | None = None,
-                  lpips_scorer: LpipsScorer | None = None, workers: int = 2) -> Comparison:
+                  lpips: bool = True, *, flip: bool = True, ghost_params: GhostParams | None = None,
+                  lpips_scorer: LpipsScorer | None = None, lpips_weights: str | None = None,
+                  workers: int = 2) -> Comparison:
     """Compare a candidate clip with its baseline (same seed, same prompt). See Comparison.summary() for output.
 
-    lpips=False skips LPIPS (lpips_delta null, reason "not requested"); lpips_scorer overrides the default model.
+    lpips=False skips LPIPS (lpips_delta null, reason "not requested"); lpips_scorer overrides the default model;
+    lpips_weights is the AlexNet backbone checkpoint (default: the torch hub cache's, see lpips_net.py).
+    flip=False skips FLIP the same way (flip null, flip_reason "FLIP not requested").
     Raises QualityError for mismatched frame counts or sizes unless align=True.
     """
     baseline, candidate, notes = reconcile(baseline, candidate, align)
@@ -188,13 +227,18 @@ def compare_clips(baseline: ClipData, candidate: ClipData, gates: Gates | None =
         per_frame = list(pool.map(frame_pass, baseline.frames, candidate.frames, repeat(factor)))
         base_planes = stack_planes([m.base_planes for m in per_frame], factor)
         cand_planes = stack_planes([m.cand_planes for m in per_frame], factor)
-        # Two clips, two independent flow passes: one thread each.
-        base_motion, cand_motion = pool.map(motion, (base_planes, cand_planes))
+        # Two clips, two independent flow passes: one thread each. The baseline's flows are kept for the
+        # temporal-consistency measure.
+        base_motion, cand_motion = pool.map(motion, (base_planes, cand_planes), repeat(None), (True, False))
+        flip_reason = flip_available() if flip else "FLIP not requested"
+        flip_pairs = (list(pool.map(flip_frame, baseline.frames, candidate.frames, repeat(factor)))
+                      if flip_reason is None else None)
+    temporal = temporal_errors(base_planes.y, cand_planes.y, base_motion.flows)
     ghost = detect_ghosts(base_planes, cand_planes, base_motion.speed,
                           ghost_params or GhostParams(workers=workers))
     scores, reason = None, "LPIPS not requested"
     if lpips:
-        scorer, reason = (lpips_scorer, None) if lpips_scorer is not None else load_lpips()
+        scorer, reason = (lpips_scorer, None) if lpips_scorer is not None else load_lpips(lpips_weights)
         if scorer is not None:
             scores = scorer.distances(baseline.frames, candidate.frames)
     audio, audio_reason = _audio(baseline, candidate)
@@ -205,6 +249,10 @@ def compare_clips(baseline: ClipData, candidate: ClipData, gates: Gates | None =
         sharpness_base=np.array([m.sharpness_base for m in per_frame], np.float64),
         sharpness_cand=np.array([m.sharpness_cand for m in per_frame], np.float64),
         warp_error_base=base_motion.warp_error, warp_error_cand=cand_motion.warp_error,
+        temporal_error=temporal,
+        flip=None if flip_pairs is None else np.array([m for _, m in flip_pairs], np.float32),
+        flip_maps=None if flip_pairs is None else np.stack([e for e, _ in flip_pairs]),
+        flip_reason=flip_reason,
         absdiff=np.stack([m.absdiff for m in per_frame]),
         ghost=ghost, factor=factor,
         lpips=scores, lpips_reason=None if scores is not None else reason,

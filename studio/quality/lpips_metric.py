@@ -1,8 +1,9 @@
-"""LPIPS through the `lpips` package, or null with the reason why not.
+"""LPIPS per frame, or null with the reason why not and how to enable it.
 
-`lpips` imports torchvision at import time and downloads the AlexNet backbone (233 MB) on first use. On machines
-where torchvision does not import (the CPU image) or that are offline, LPIPS is unavailable: `load_lpips` then
-returns (None, reason) and the comparison reports `lpips_delta: null` with that reason, instead of failing.
+The network is built in lpips_net.py without torchvision (whose PyPI wheel does not import beside the CPU torch);
+it needs two weight files on disk: torchvision's AlexNet checkpoint (`lpips_weights` / `--lpips-weights PATH`, or
+the torch hub cache) and the lpips package's linear heads. Nothing is downloaded. When either is missing,
+`load_lpips` returns (None, reason) and the comparison reports `lpips_delta: null` with that reason.
 
 Frames are scored at a reduced size (short side `short_side`, default 256): LPIPS was trained on 64x64 patches,
 and AlexNet over 124 full 1344x768 frames would not fit the CPU budget.
@@ -10,6 +11,7 @@ and AlexNet over 124 full 1344x768 frames would not fit the CPU budget.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -53,12 +55,14 @@ _lock = threading.Lock()
 _cache: dict[str, tuple[LpipsScorer | None, str | None]] = {}
 
 
-def load_lpips(net: str = "alex") -> tuple[LpipsScorer | None, str | None]:
-    """(scorer, None) when LPIPS works here, else (None, reason). Cached per network for the process."""
+def load_lpips(weights: str | os.PathLike | None = None) -> tuple[LpipsScorer | None, str | None]:
+    """(scorer, None) when LPIPS can run here, else (None, reason). weights: the AlexNet backbone checkpoint
+    (default: the torch hub cache's). Cached per weights path for the process."""
+    key = str(weights) if weights is not None else ""
     with _lock:
-        if net not in _cache:
-            _cache[net] = _build(net)
-        return _cache[net]
+        if key not in _cache:
+            _cache[key] = _build(weights)
+        return _cache[key]
 
 
 def reset_lpips_cache() -> None:
@@ -67,27 +71,10 @@ def reset_lpips_cache() -> None:
         _cache.clear()
 
 
-def _build(net: str) -> tuple[LpipsScorer | None, str | None]:
+def _build(weights: str | os.PathLike | None) -> tuple[LpipsScorer | None, str | None]:
+    from .lpips_net import LpipsUnavailable, build_alex_lpips
+
     try:
-        import lpips
-    except Exception as exc:  # noqa: BLE001 - ImportError in practice; anything failing at import means the same
-        return None, _import_failure(exc, net)
-    try:
-        model = lpips.LPIPS(net=net, verbose=False)
-    except Exception as exc:  # noqa: BLE001 - URLError/OSError offline, RuntimeError for a corrupt download
-        return None, (f"LPIPS unavailable: the {net} backbone weights could not be loaded "
-                      f"({type(exc).__name__}: {exc}); offline machines need them in the torch hub cache")
-    return LpipsScorer(model), None
-
-
-def _import_failure(exc: Exception, net: str) -> str:
-    """Why LPIPS is off and how to turn it on, in words a user acts on (not a bare ModuleNotFoundError)."""
-    import torch
-
-    missing = exc.name if isinstance(exc, ModuleNotFoundError) and exc.name else None
-    why = (f"{missing} is not installed" if missing else f"{type(exc).__name__}: {exc}")
-    return (f"LPIPS unavailable: the lpips package could not be imported ({why}). PSNR, SSIM and the ghost score do "
-            f"not need it. To enable LPIPS, install the torchvision release built for torch {torch.__version__} "
-            f"and lpips (`pip install torchvision==<matching> lpips`; the CPU install leaves torchvision out because "
-            f"PyPI's wheel does not import beside the CPU torch); the {net} backbone weights (233 MB) are fetched "
-            f"into the torch hub cache on first use.")
+        return LpipsScorer(build_alex_lpips(weights)), None
+    except LpipsUnavailable as exc:
+        return None, str(exc)

@@ -91,14 +91,16 @@ class Motion:
     """Temporal measures of one clip on the analysis grid.
 
     warp_error: float32 (T,) mean |Y_t - warp(Y_{t-1})|, 0 for t = 0.  speed: float32 (T, h, w), flow magnitude
-    in analysis pixels per frame (frame 0 copies frame 1).
+    in analysis pixels per frame (frame 0 copies frame 1).  flows: float32 (T, h, w, 2), the flow from frame t to
+    t-1 (frame 0 zero), kept only when asked for (the temporal-consistency measure warps with the baseline's).
     """
 
     warp_error: np.ndarray
     speed: np.ndarray
+    flows: np.ndarray | None = None
 
 
-def motion(planes: Planes, flow: FlowEstimator | None = None) -> Motion:
+def motion(planes: Planes, flow: FlowEstimator | None = None, keep_flows: bool = False) -> Motion:
     """Frame-to-frame flow of one clip, its warping error and its speed map.
 
     The accurate DIS preset: the fast one underestimates motion by about half on textured subjects, and the ghost
@@ -108,13 +110,16 @@ def motion(planes: Planes, flow: FlowEstimator | None = None) -> Motion:
     frames = planes.y.shape[0]
     errors = np.zeros(frames, np.float32)
     speed = np.zeros_like(planes.y)
+    flows = np.zeros((*planes.y.shape, 2), np.float32) if keep_flows else None
     for t in range(1, frames):
         f = flow.flow(to_u8(planes.y[t]), to_u8(planes.y[t - 1]))
+        if flows is not None:
+            flows[t] = f
         errors[t] = float(cv2.mean(cv2.absdiff(planes.y[t], warp(planes.y[t - 1], f)))[0])
         speed[t] = cv2.magnitude(f[..., 0], f[..., 1])
     if frames > 1:
         speed[0] = speed[1]
-    return Motion(errors, speed)
+    return Motion(errors, speed, flows)
 
 
 def jitter_ratio(base_error: np.ndarray, cand_error: np.ndarray) -> float | None:

@@ -1,7 +1,8 @@
-"""Images for the compare view (abs-diff heatmap, ghost overlay) and their on-disk cache per pair.
+"""Images for the compare view (abs-diff heatmap, ghost overlay, FLIP error map) and their on-disk cache per pair.
 
-Both renderers return uint8 RGB (H, W, 3) at the clip's full resolution. The cache keeps, under
-root_dir/<pair_key>/: summary.json, diff_NNNN.png and ghost_NNNN.png for every frame, and manifest.json, written
+The renderers return uint8 RGB (H, W, 3) at the clip's full resolution. The cache keeps, under
+root_dir/<pair_key>/: summary.json, diff_NNNN.png, ghost_NNNN.png and (when FLIP ran) flip_NNNN.png for every
+frame, and manifest.json, written
 last, which names the source files (size and mtime) the cache was computed from. Every file is written to a
 temporary name and renamed into place, so a reader never sees a half-written file and a crash leaves no manifest.
 """
@@ -13,7 +14,7 @@ import os
 import re
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from .gates import Gates
 DIFF_FULL_SCALE = 64  # abs-diff (8-bit levels) shown at the top of the colour map; fixed so frames compare
 GHOST_COLOUR = np.array([255, 0, 200], np.float32)  # magenta: rare in natural footage
 GHOST_OPACITY = 0.65
-_MANIFEST_VERSION = 1
+_MANIFEST_VERSION = 2  # 2: flip PNGs
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -56,6 +57,14 @@ def render_ghost_overlay(comparison: Comparison, frame_index: int) -> np.ndarray
         contours, _ = cv2.findContours(edge, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
         cv2.drawContours(out, contours, -1, tuple(int(c) for c in GHOST_COLOUR), 2)
     return out
+
+
+def render_flip_overlay(comparison: Comparison, frame_index: int) -> np.ndarray:
+    """uint8 (H, W, 3) RGB: the frame's FLIP error map (0..1) through the magma colour map, as FLIP shows it."""
+    _check_index(comparison, frame_index)
+    error = comparison.flip_map(frame_index)
+    scaled = np.clip(error * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    return cv2.cvtColor(cv2.applyColorMap(scaled, cv2.COLORMAP_MAGMA), cv2.COLOR_BGR2RGB)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -93,20 +102,22 @@ class CachedComparison:
     diff_pngs: list[Path]
     ghost_pngs: list[Path]
     computed: bool  # False when everything came from the cache
+    flip_pngs: list[Path] = field(default_factory=list)  # empty when FLIP did not run (summary's flip_reason)
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": self.summary, "directory": str(self.directory), "summary_path": str(self.summary_path),
                 "diff_pngs": [str(p) for p in self.diff_pngs], "ghost_pngs": [str(p) for p in self.ghost_pngs],
-                "computed": self.computed}
+                "flip_pngs": [str(p) for p in self.flip_pngs], "computed": self.computed}
 
 
 class OverlayCache:
     """Summary JSON and per-frame overlay PNGs of each pair, on disk under root_dir/pair_key/."""
 
     def __init__(self, root_dir: str | os.PathLike, gates: Gates | None = None, align: bool = False,
-                 lpips: bool = True, workers: int = 2):
+                 lpips: bool = True, workers: int = 2, lpips_weights: str | None = None):
         self.root = Path(root_dir)
         self.gates, self.align, self.lpips, self.workers = gates, align, lpips, workers
+        self.lpips_weights = lpips_weights
 
     def directory(self, pair_key: str) -> Path:
         """root_dir/pair_key; the key must be a plain file name (letters, digits, '.', '_', '-')."""
@@ -123,7 +134,8 @@ class OverlayCache:
         if cached is not None:
             return cached
         comparison = compare_clips(read_clip(baseline_path), read_clip(candidate_path), gates=self.gates,
-                                   align=self.align, lpips=self.lpips, workers=self.workers)
+                                   align=self.align, lpips=self.lpips, workers=self.workers,
+                                   lpips_weights=self.lpips_weights)
         return self._store(folder, sources, comparison)
 
     def _load(self, folder: Path, sources: dict[str, Any]) -> CachedComparison | None:
@@ -135,20 +147,25 @@ class OverlayCache:
             return None
         diff = [folder / n for n in manifest["diff"]]
         ghost = [folder / n for n in manifest["ghost"]]
+        flip = [folder / n for n in manifest["flip"]]
         summary_path = folder / manifest["summary"]
-        if not all(p.is_file() for p in [summary_path, *diff, *ghost]):
+        if not all(p.is_file() for p in [summary_path, *diff, *ghost, *flip]):
             return None
-        return CachedComparison(json.loads(summary_path.read_text()), folder, summary_path, diff, ghost, False)
+        return CachedComparison(json.loads(summary_path.read_text()), folder, summary_path, diff, ghost, False, flip)
 
     def _store(self, folder: Path, sources: dict[str, Any], comparison: Comparison) -> CachedComparison:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "manifest.json").unlink(missing_ok=True)  # stale until the new one is complete
         diff = [folder / f"diff_{i:04d}.png" for i in range(comparison.frames)]
         ghost = [folder / f"ghost_{i:04d}.png" for i in range(comparison.frames)]
+        flip = [folder / f"flip_{i:04d}.png" for i in range(comparison.frames)] if comparison.flip_maps is not None \
+            else []
 
         def write(i: int) -> None:
             _write_png(diff[i], render_diff_heatmap(comparison, i))
             _write_png(ghost[i], render_ghost_overlay(comparison, i))
+            if flip:
+                _write_png(flip[i], render_flip_overlay(comparison, i))
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             list(pool.map(write, range(comparison.frames)))
@@ -156,6 +173,7 @@ class OverlayCache:
         summary_path = folder / "summary.json"
         _atomic_write(summary_path, json.dumps(summary, indent=1).encode())
         manifest = {"version": _MANIFEST_VERSION, "sources": sources, "summary": summary_path.name,
-                    "diff": [p.name for p in diff], "ghost": [p.name for p in ghost], "notes": comparison.notes}
+                    "diff": [p.name for p in diff], "ghost": [p.name for p in ghost], "flip": [p.name for p in flip],
+                    "notes": comparison.notes}
         _atomic_write(folder / "manifest.json", json.dumps(manifest, indent=1).encode())
-        return CachedComparison(summary, folder, summary_path, diff, ghost, True)
+        return CachedComparison(summary, folder, summary_path, diff, ghost, True, flip)
