@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # the studio modules import torch: build_app imports them, so
 
     from engine.engine import Engine
     from studio.remote import RemoteSpec
-    from studio.service import StudioService
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the studio runs offline
 
@@ -73,22 +72,6 @@ def engine_loader(model: str | None, tiers_file: str | None, ulysses: int = 1) -
     return load
 
 
-def build_ui(service: StudioService):
-    """studio.ui.build_ui(service) when the UI module exists; a placeholder page until then."""
-    import gradio as gr
-
-    try:
-        from studio.ui import build_ui as build_studio_ui
-    except ImportError as error:
-        if getattr(error, "name", None) not in ("studio.ui", None):
-            raise  # studio.ui exists but is broken: say so rather than hide it behind the placeholder
-        with gr.Blocks(title="H3 Review Studio") as placeholder:
-            gr.Markdown("# H3 Review Studio\nThe review UI is being built. The REST API is live: see "
-                        "[/docs](/docs) and [/health](/health).")
-        return placeholder
-    return build_studio_ui(service)
-
-
 def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
               remotes: list[RemoteSpec] | None = None) -> FastAPI:
     """Everything the server runs, wired in the data-path order."""
@@ -109,6 +92,8 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     app = create_app(service, accounts=accounts, loader=loader, default_tier=getattr(args, "default_tier", None))
     if not args.no_ui:
         import gradio as gr
+
+        from studio.ui import build_ui
 
         app = gr.mount_gradio_app(app, build_ui(service), path="/",
                                   auth=accounts.gradio_auth() if accounts else None)

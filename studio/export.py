@@ -21,6 +21,7 @@ from db.files import atomic_writer, clip_relpath, read_only_reported
 from db.keys import sha256_hex
 from db.records import ClipRecord, PairRecord, VerdictRecord
 from db.store import Store
+from studio.quality.summary import QualitySummary, SummaryError
 
 FORMAT = "h3-review-studio-export"
 FORMAT_VERSION = 1
@@ -174,11 +175,21 @@ def _pair_manifest(entry: _PairEntry) -> dict[str, Any]:
         "tier_config": pair.tier_config,
         "target": pair.target,
         "configuration_key": pair.configuration_key,
-        # Overlay PNGs stay in the studio (paths on its disk, not in the zip): the summary numbers travel.
-        "metrics": {k: v for k, v in pair.metrics.items() if k != "overlays"} if pair.metrics else pair.metrics,
+        "metrics": _manifest_metrics(pair.metrics),
         "verdicts": [v.as_dict() for v in entry.verdicts],
         **{clip.role: _clip_manifest(clip) for clip in entry.clips},
     }
+
+
+def _manifest_metrics(stored: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pair's quality summary without its overlay PNG paths (on the studio's disk, not in the zip): the
+    numbers travel. A failed comparison travels as stored ({"error": ...})."""
+    if not stored or "error" in stored:
+        return stored
+    try:
+        return QualitySummary.from_json(stored).to_json(files=False)
+    except SummaryError as error:
+        return {"error": f"the stored metrics are not a quality summary ({error})"}
 
 
 def _manifest(store: Store, entries: list[_PairEntry], exported_at: datetime) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from db.records import TERMINAL_STATUSES
 from engine.errors import RequestError
 from engine.interface import RequestPlan
 from studio.jobs import JobOutcome
+from studio.quality.summary import QualitySummary, SummaryError
 from studio.review import configuration_snapshot
-from studio.views import jsonable
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,8 @@ class PairFlow:
     # -------------------------------------------------------------------------------------- metrics
 
     def compare(self, pair: PairRecord) -> dict[str, Any] | None:
-        """The quality summary of a pair's two clips, None when the quality module is not available.
+        """The stored JSON of a pair's quality summary (QualitySummary.to_json), None when the quality module is
+        not available.
 
         A comparison that raises is stored as {"error": ...} rather than failing the pair: the clips are
         still fit for a human review.
@@ -218,7 +219,7 @@ class PairFlow:
             result = cache.get_or_compute(f"{pair.baseline_clip_sha[:16]}-{pair.candidate_clip_sha[:16]}",
                                           self.store.clip_path(pair.baseline_clip_sha),
                                           self.store.clip_path(pair.candidate_clip_sha))
-            return _metrics_dict(result)
+            return QualitySummary.from_cached(result).to_json()
         except Exception as error:  # noqa: BLE001 - QualityError or anything a young module raises
             log.warning("quality comparison of %s failed: %s", pair.id, error)
             return {"error": f"{type(error).__name__}: {error}"}
@@ -240,12 +241,19 @@ class PairFlow:
         except Exception:  # noqa: BLE001 - background work; the pair stays reviewable without metrics
             log.exception("could not backfill metrics of %s", pair_id)
 
-    def metrics_status(self, pair: PairRecord) -> tuple[str, str]:
-        """(ok | error | unavailable | not computed | pending, a message for the reviewer)."""
+    def metrics_of(self, pair: PairRecord) -> tuple[QualitySummary | None, str, str]:
+        """(the pair's quality summary or None, ok | error | unavailable | not computed | pending, a message for the
+        reviewer)."""
         if pair.metrics is not None:
             if "error" in pair.metrics:
-                return "error", str(pair.metrics["error"])
-            return "ok", ""
+                return None, "error", str(pair.metrics["error"])
+            try:
+                return QualitySummary.from_json(pair.metrics), "ok", ""
+            except SummaryError as error:  # kept as stored; a recompute replaces it
+                return None, "error", f"the stored metrics are not a quality summary ({error}); use Compute metrics"
+        return None, *self._missing_metrics_status(pair)
+
+    def _missing_metrics_status(self, pair: PairRecord) -> tuple[str, str]:
         if self.quality_loader() is None:
             return "unavailable", QUALITY_UNAVAILABLE
         if pair.status == "completed":
@@ -305,24 +313,3 @@ def _renamed(work: Callable[[], RequestPlan], renames: dict[str, str]) -> Reques
 def _engine_label(planned: RequestPlan) -> str:
     where = f"the remote servers of tier {planned.request.tier!r}" if planned.remote else "the in-process engine"
     return f"{where} (model {planned.model_name}, id {planned.model_id[:16]})"
-
-
-def _metrics_dict(result: Any) -> dict[str, Any]:
-    """The quality module's comparison result as one JSON dict for the pair.
-
-    OverlayCache returns the summary together with overlay PNG paths; whatever container it uses (a dict, a
-    dataclass, a named tuple, or a (summary, overlays) tuple) the summary's keys go on top level and the
-    paths under "overlays".
-    """
-    if isinstance(result, tuple) and not hasattr(result, "_asdict") and len(result) == 2:
-        summary, overlays = result
-        data = {**jsonable(summary), "overlays": jsonable(overlays)}
-    else:
-        if hasattr(result, "_asdict"):
-            result = result._asdict()
-        data = jsonable(result)
-        if not isinstance(data, dict):
-            raise TypeError(f"unexpected comparison result {type(result).__name__}")
-        if isinstance(data.get("summary"), dict):
-            data = {**data.pop("summary"), **data}
-    return data

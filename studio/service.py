@@ -58,18 +58,11 @@ class ServiceUnavailable(RuntimeError):
 
 
 def load_quality() -> ModuleType | None:
-    """The quality module if it is importable with the API the studio uses, else None.
+    """studio.quality: the service's default quality loader. Tests pass a loader that returns None (the studio
+    without metrics: pairs complete, their metrics read "not yet available") or a stand-in module."""
+    import studio.quality as quality
 
-    Why re-try on every call: the module is written concurrently; a server started before it existed keeps
-    working and reports "quality metrics not yet available".
-    """
-    try:
-        import studio.quality as quality
-
-        getattr(quality, "OverlayCache")
-        return quality
-    except Exception:  # noqa: BLE001 - ImportError, AttributeError, or a half-written module's own error
-        return None
+    return quality
 
 
 # --------------------------------------------------------------------------------------------- records
@@ -439,7 +432,7 @@ class StudioService:
     def _pair_view(self, pair: PairRecord) -> PairView:
         baseline = self.get_video(pair.baseline_video_id) if pair.baseline_video_id else None
         candidate = self.get_video(pair.candidate_video_id) if pair.candidate_video_id else None
-        return pair_view(pair, baseline, candidate, self.pairs.metrics_status(pair),
+        return pair_view(pair, baseline, candidate, self.pairs.metrics_of(pair),
                          self.store.list_verdicts(pair_id=pair.id), self.config.pod_rate_usd_per_hour)
 
     def cost_usd(self, inference_time_s: float | None) -> float | None:

@@ -15,6 +15,7 @@ from typing import Any
 from db import ClipRecord, PairRecord, VerdictRecord, VideoRecord
 from db.records import TERMINAL_STATUSES
 from studio.jobs import JobQueue
+from studio.quality.summary import QualitySummary
 from studio.review import baseline_steps, speedup_caveat
 
 __all__ = ["PairView", "VideoView", "clip_cost_usd", "jsonable", "pair_view", "video_view"]
@@ -77,7 +78,7 @@ class PairView:
     speedup: float | None  # baseline inference_time_s / candidate inference_time_s
     denoise_speedup: float | None  # the same for the denoise stage alone
     cost_usd: dict[str, float | None]  # per clip at the pod rate
-    metrics: dict[str, Any] | None
+    metrics: QualitySummary | None  # None unless metrics_status is "ok"
     metrics_status: str  # ok | pending | unavailable | error | not computed
     metrics_message: str
     verdicts: list[dict[str, Any]] = field(default_factory=list)
@@ -95,6 +96,7 @@ class PairView:
     def as_dict(self) -> dict[str, Any]:
         data = jsonable(asdict(self))
         data["baseline_video_id"], data["candidate_video_id"] = self.baseline_video_id, self.candidate_video_id
+        data["metrics"] = jsonable(self.metrics.to_json()) if self.metrics else None  # the stored shape
         return data
 
 
@@ -125,9 +127,10 @@ def video_view(record: VideoRecord, clip: ClipRecord | None, queues: list[JobQue
 
 
 def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView | None,
-              metrics_status: tuple[str, str], verdicts: list[VerdictRecord], pod_rate_usd_per_hour: float) -> PairView:
-    """A pair's view from its record, its two videos' views, its metrics status (status, message) and verdicts."""
-    status, message = metrics_status
+              metrics: tuple[QualitySummary | None, str, str], verdicts: list[VerdictRecord],
+              pod_rate_usd_per_hour: float) -> PairView:
+    """A pair's view from its record, its two videos' views, its metrics (summary, status, message) and verdicts."""
+    summary, status, message = metrics
     return PairView(
         id=pair.id, status=pair.status, prompt=pair.prompt, seed=pair.seed, tier=pair.tier_name,
         tier_config=pair.tier_config, target=pair.target, model_id=pair.model_id,
@@ -139,7 +142,7 @@ def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView
                                candidate and candidate.timings.get("denoise")),
         cost_usd={"baseline": clip_cost_usd(baseline and baseline.inference_time_s, pod_rate_usd_per_hour),
                   "candidate": clip_cost_usd(candidate and candidate.inference_time_s, pod_rate_usd_per_hour)},
-        metrics=pair.metrics, metrics_status=status, metrics_message=message,
+        metrics=summary, metrics_status=status, metrics_message=message,
         verdicts=[v.as_dict() for v in verdicts],
         baseline_steps=baseline_steps(pair.tier_config, baseline), speedup_caveat=speedup_caveat(baseline),
     )

@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from studio.api import create_app
 from studio.auth import Accounts, AuthFileError, load_accounts
 from studio.service import QUALITY_UNAVAILABLE, StudioService
+from tests.quality_fixtures import cached_comparison, summary_json
 
 TIMEOUT_S = 180
 SEED = 11
@@ -49,7 +50,8 @@ class CountingEngine:
 
 
 class FakeQuality:
-    """Stands in for studio.quality: OverlayCache(root).get_or_compute(key, baseline, candidate)."""
+    """Stands in for studio.quality: OverlayCache(root).get_or_compute(key, baseline, candidate) returns a real
+    comparison's result (tests/quality_fixtures.py) without decoding the clips."""
 
     def __init__(self):
         self.calls: list[tuple[str, Path, Path]] = []
@@ -61,9 +63,7 @@ class FakeQuality:
 
             def get_or_compute(self, key, baseline_path, candidate_path):
                 outer.calls.append((key, Path(baseline_path), Path(candidate_path)))
-                return {"summary": {"frames": 124, "psnr_mean": 31.5, "ghosting": False, "ghost_score": 0.01,
-                                    "lpips_delta": float("nan"), "suggested_verdict": "accept"},
-                        "overlays": {"heatmap": self.root / key / "heatmap.png"}}
+                return cached_comparison(self.root / key)
 
         self.OverlayCache = OverlayCache
 
@@ -197,11 +197,11 @@ def test_pair_round_trip_to_approved_export(studio, reviewed):
         assert {k: v for k, v in ran.items() if k != "description"} == \
             {k: v for k, v in stored.items() if k not in ("baseline", "canvas")}
     # The comparison ran once per pair on the two stored clips, and its summary is on the pair.
-    assert pair["metrics_status"] == "ok"
-    assert pair["metrics"]["psnr_mean"] == 31.5 and pair["metrics"]["lpips_delta"] is None  # NaN → null
-    assert pair["metrics"]["overlays"]["heatmap"].endswith("heatmap.png")
     compared = {call[0]: call for call in studio.quality.calls}
     key = f"{pair['baseline']['clip_sha'][:16]}-{pair['candidate']['clip_sha'][:16]}"
+    assert pair["metrics_status"] == "ok"
+    assert pair["metrics"] == summary_json(studio.service.config.overlay_dir / key)  # the stored shape
+    assert pair["metrics"]["diff_pngs"][0].endswith("diff_0000.png") and pair["metrics"]["lpips_delta"] is None
     assert compared[key][1] == Path(baseline["clip_path"]) and compared[key][2] == Path(candidate["clip_path"])
     assert [v["reviewer"] for v in pair["verdicts"]] == ["rita"]
     # The SGLang view of a finished clip, and its bytes.
@@ -224,7 +224,7 @@ def test_pair_round_trip_to_approved_export(studio, reviewed):
     assert manifest["pair_count"] == 3
     assert {p["pair_id"] for p in manifest["pairs"]} == {p["id"] for p in reviewed.pairs}
     first = next(p for p in manifest["pairs"] if p["pair_id"] == pair["id"])
-    assert first["metrics"]["psnr_mean"] == 31.5 and first["verdicts"][0]["decision"] == "accept"
+    assert first["metrics"] == summary_json() and first["verdicts"][0]["decision"] == "accept"  # no PNG paths
     assert hashlib.sha256(archive.read(first["candidate"]["file"])).hexdigest() == candidate["clip_sha"]
     assert "sha256sum -c SHA256SUMS" in archive.read("README.txt").decode()
     # One pair by id.

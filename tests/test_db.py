@@ -20,6 +20,7 @@ from db.database import alembic_config
 from db.files import atomic_writer
 from db.models import Base
 from db.records import REASONS, RESTART_ERROR
+from tests.quality_fixtures import summary_json
 
 MODEL = "h3-nano"
 BASELINE_TIER = {"name": "baseline"}
@@ -69,7 +70,7 @@ def completed_pair(store: Store, prompt: str, seed: int = 7, tier: str = "fast",
     candidate = completed_video(store, prompt, seed, tier, tier_config, f"{pair.id}-candidate")
     store.set_pair_videos(pair.id, baseline, candidate)
     store.update_pair(pair.id, status="in_progress")
-    return store.update_pair(pair.id, status="completed", metrics={"psnr_db": 34.2, "ghosting": 0.01})
+    return store.update_pair(pair.id, status="completed", metrics=summary_json())
 
 
 @pytest.fixture()

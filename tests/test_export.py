@@ -13,6 +13,7 @@ import pytest
 from db import ClipIntegrityError, NotFound, PairRecord, Store, StoreError
 from studio import export
 from studio.export import export_pairs
+from tests.quality_fixtures import summary_json
 from tests.test_db import FAST_TIER, MODEL, completed_pair, fake_mp4
 
 
@@ -61,7 +62,7 @@ def test_export_all_approved_pairs(store: Store, tmp_path: Path) -> None:
     first = manifest["pairs"][0]
     assert (first["prompt"], first["seed"], first["model_id"]) == ("a red fox", 0, MODEL)
     assert first["tier_config"] == {**FAST_TIER, "name": "fast"}
-    assert first["metrics"] == {"psnr_db": 34.2, "ghosting": 0.01}
+    assert first["metrics"] == summary_json()
     assert [(v["reviewer"], v["decision"]) for v in first["verdicts"]] == [("ana", "accept")]
     for role in ("baseline", "candidate"):
         clip = first[role]
@@ -154,12 +155,11 @@ def test_old_exports_are_pruned_the_newest_kept(store: Store, tmp_path: Path) ->
 
 def test_manifest_leaves_out_overlay_paths_that_are_not_in_the_zip(store: Store, tmp_path: Path) -> None:
     pairs = approve(store)
-    overlays = {"heatmap": [str(tmp_path / "data" / "overlays" / f"{i}.png") for i in range(250)]}
-    store.update_pair(pairs[0].id, metrics={"psnr_db": 34.2, "overlays": overlays})
+    store.update_pair(pairs[0].id, metrics=summary_json(tmp_path / "data" / "overlays" / "key", frames=250))
     with zipfile.ZipFile(export_pairs(store, None, tmp_path / "out")) as archive:
         text = archive.read("manifest.json").decode()
     assert ".png" not in text and str(tmp_path) not in text
-    assert json.loads(text)["pairs"][0]["metrics"] == {"psnr_db": 34.2}
+    assert json.loads(text)["pairs"][0]["metrics"] == summary_json(frames=250)
 
 
 def test_a_missing_clip_is_named_without_a_server_path(store: Store, tmp_path: Path) -> None:

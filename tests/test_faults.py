@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from db import DataDirError, StorageFull, Store
+from studio.quality import CachedComparison
+from tests.quality_fixtures import cached_comparison
 from tests.test_db import completed_pair, fake_mp4, sidecar
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,8 +130,8 @@ def test_second_app_on_a_data_dir_exits_2_before_binding(tmp_path: Path, capsys:
 
 
 class ComparingQuality:
-    """Stands in for studio.quality: reads both clips (as the real comparison does) and reports their sizes,
-    or raises ``error`` when one is given."""
+    """Stands in for studio.quality: reads both clips (as the real comparison does) and returns a real
+    comparison's result (tests/quality_fixtures.py), or raises ``error`` when one is given."""
 
     def __init__(self, error: Exception | None = None) -> None:
         outer = self
@@ -138,10 +140,11 @@ class ComparingQuality:
             def __init__(self, root: Path) -> None:
                 self.root = root
 
-            def get_or_compute(self, key: str, baseline: Path, candidate: Path) -> dict:
+            def get_or_compute(self, key: str, baseline: Path, candidate: Path) -> CachedComparison:
                 if outer.error is not None:
                     raise outer.error
-                return {"summary": {"bytes": [len(Path(baseline).read_bytes()), len(Path(candidate).read_bytes())]}}
+                Path(baseline).read_bytes(), Path(candidate).read_bytes()
+                return cached_comparison(self.root / key)
 
         self.error, self.OverlayCache = error, OverlayCache
 
@@ -200,7 +203,8 @@ def test_a_failing_recompute_keeps_the_good_metrics(served_pair) -> None:
     assert response.status_code == 409 and "stored metrics were kept" in response.json()["error"]["message"]
     assert store.get_pair(pair.id).metrics == good
     quality.error = None
-    assert client.post(f"/v1/pairs/{pair.id}/metrics").json()["metrics"]["bytes"]  # and a good run replaces them
+    replaced = client.post(f"/v1/pairs/{pair.id}/metrics").json()  # and a good run replaces them
+    assert replaced["metrics_status"] == "ok" and replaced["metrics"]["diff_pngs"] and "diff_pngs" not in good
 
 
 # ------------------------------------------------------------------------------------- a full disk

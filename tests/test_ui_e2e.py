@@ -54,6 +54,7 @@ def serve(argv: list[str]) -> None:
     from studio.api import create_app
     from studio.auth import load_accounts
     from studio.service import StudioService
+    from studio.ui import build_ui
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
@@ -68,7 +69,7 @@ def serve(argv: list[str]) -> None:
     loader = studio_app.engine_loader(None, None)
     service.start_loading(loader)
     fastapi_app = gr.mount_gradio_app(create_app(service, accounts=accounts, loader=loader),
-                                      studio_app.build_ui(service), path="/",
+                                      build_ui(service), path="/",
                                       auth=accounts.gradio_auth() if accounts else None)
     uvicorn.run(fastapi_app, host="127.0.0.1", port=args.port, log_level="warning")
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import cv2
 import numpy as np
 
+from studio.quality.summary import QualitySummary
 from studio.ui.media import ClipCache, display_frame
 
 # Per-frame series the plots know, in display order: (key in the summary, label, unit, worse is higher?).
@@ -24,20 +25,15 @@ SERIES = (
     ("lpips", "LPIPS", "", True),
     ("ghost", "ghost score", "", True),
 )
-# Names the quality module may give a per-frame series; the first one found wins.
-SERIES_ALIASES = {
-    "psnr": ("psnr", "psnr_db"),
-    "ssim": ("ssim",),
-    "lpips": ("lpips",),
-    "ghost": ("ghost_score", "ghost_scores", "ghost"),  # per_frame "ghost" is studio.quality's flag (bool)
-}
+# The FrameMetrics field each series reads.
+SERIES_FIELDS = {"psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "ghost": "ghost_score"}
 NOT_AVAILABLE = "not yet available"
 
 
 # ------------------------------------------------------------------------------------------ per frame
 
 
-PICK = "pick"  # the quality module's own "look here first" frame (summary["worst_frame"])
+PICK = "pick"  # the quality module's own "look here first" frame (QualitySummary.worst_frame)
 
 
 @dataclass(frozen=True)
@@ -95,39 +91,17 @@ def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def frame_series(metrics: dict[str, Any] | None) -> FrameSeries:
-    """Per-frame series from a stored summary, whatever container the quality module chose:
-    ``per_frame`` as {name: [values]} or as [{name: value, ...}, ...], plus a ghost block with its own
-    per-frame list."""
-    if not metrics:
+def frame_series(summary: QualitySummary | None) -> FrameSeries:
+    """The per-frame series of a pair's quality summary; a series no frame has a value for is left out (LPIPS
+    offline)."""
+    if summary is None or not summary.per_frame:
         return FrameSeries({})
-    pick = metrics.get("worst_frame")
-    pick = int(pick) if finite(pick) else None
-    found: dict[str, list] = {}
-    per_frame = metrics.get("per_frame")
-    if isinstance(per_frame, dict):
-        found.update({k: v for k, v in per_frame.items() if isinstance(v, list)})
-    elif isinstance(per_frame, list) and per_frame and isinstance(per_frame[0], dict):
-        names = {k for row in per_frame for k in row}
-        found.update({k: [row.get(k) for row in per_frame] for k in names})
-    for block_name in ("ghost", "ghosting"):
-        block = metrics.get(block_name)
-        if isinstance(block, dict):
-            for key in ("per_frame", "scores", "per_frame_scores"):
-                if isinstance(block.get(key), list):
-                    found.setdefault("ghost", block[key])
-    flags = found.get("ghost")
-    flagged = tuple(bool(v) for v in flags) if isinstance(flags, list) and all(
-        isinstance(v, bool) for v in flags) else ()
     values = {}
-    for key, aliases in SERIES_ALIASES.items():
-        for alias in aliases:
-            series = found.get(alias)
-            if isinstance(series, list) and any(finite(v) for v in series) and all(
-                    v is None or finite(v) for v in series):
-                values[key] = [None if v is None else float(v) for v in series]
-                break
-    return FrameSeries(values, flagged, pick)
+    for key, name in SERIES_FIELDS.items():
+        series = [getattr(row, name) for row in summary.per_frame]
+        if any(finite(v) for v in series):
+            values[key] = [float(v) if finite(v) else None for v in series]
+    return FrameSeries(values, tuple(row.ghost for row in summary.per_frame), summary.worst_frame)
 
 
 # ------------------------------------------------------------------------------------------ overlays
@@ -142,17 +116,17 @@ class Overlays:
     module rendered.
     """
 
-    KINDS: ClassVar[dict[str, tuple[str, str]]] = {"diff": ("diff_pngs", "Absolute-difference heatmap"), "ghost": ("ghost_pngs", "Ghosting overlay")}
+    TITLES: ClassVar[dict[str, str]] = {"diff": "Absolute-difference heatmap", "ghost": "Ghosting overlay"}
 
     def __init__(self, quality_loader):
         self._quality_loader = quality_loader
 
-    def image(self, kind: str, metrics: dict[str, Any] | None, frame: int) -> tuple[np.ndarray | None, str]:
-        key, title = self.KINDS[kind]
+    def image(self, kind: str, summary: QualitySummary | None, frame: int) -> tuple[np.ndarray | None, str]:
+        title = self.TITLES[kind]
         if self._quality_loader() is None:
             return None, f"{title} {NOT_AVAILABLE} (studio.quality is not importable)."
-        paths = (metrics or {}).get(key)
-        if not isinstance(paths, list) or not paths:
+        paths = summary.overlay(kind) if summary else ()
+        if not paths:
             return None, (f"{title} {NOT_AVAILABLE} for this pair: its metrics hold no overlay images "
                           f"(use “Compute metrics”).")
         if frame >= len(paths):
@@ -160,22 +134,21 @@ class Overlays:
         image = cv2.imread(str(paths[frame]), cv2.IMREAD_COLOR)
         if image is None:
             return None, f"{title}: cannot read {html.escape(str(paths[frame]))} (use “Compute metrics” to redo it)."
-        return display_frame(cv2.cvtColor(image, cv2.COLOR_BGR2RGB)), self.caption(kind, metrics, frame)
+        return display_frame(cv2.cvtColor(image, cv2.COLOR_BGR2RGB)), self.caption(kind, summary, frame)
 
     @staticmethod
-    def caption(kind: str, metrics: dict[str, Any] | None, frame: int) -> str:
+    def caption(kind: str, summary: QualitySummary | None, frame: int) -> str:
         """How to read the image, with this frame's detector numbers for the ghost overlay."""
         if kind == "diff":
             return ("Black = identical; brighter = larger |accelerated − baseline| on a fixed scale, so equal colours "
                     "mean equal differences on every frame.")
-        rows = (metrics or {}).get("per_frame")
-        row = rows[frame] if isinstance(rows, list) and frame < len(rows) and isinstance(rows[frame], dict) else {}
+        row = summary.per_frame[frame] if summary and frame < len(summary.per_frame) else None
         text = "The baseline frame; magenta (outlined) marks where the detector found a faint second copy."
-        if finite(row.get("ghost_score")):
-            text += (f" This frame: ghost opacity {row['ghost_score']:.3g}"
-                     + (f", lag {row['ghost_lag']} frames" if row.get("ghost_lag") else "")
-                     + (f", offset {row['ghost_displacement_px']:g} px" if row.get("ghost_displacement_px") else "")
-                     + (" — flagged." if row.get("ghost") is True else "."))
+        if row is not None and finite(row.ghost_score):
+            text += (f" This frame: ghost opacity {row.ghost_score:.3g}"
+                     + (f", lag {row.ghost_lag} frames" if row.ghost_lag else "")
+                     + (f", offset {row.ghost_displacement_px:g} px" if row.ghost_displacement_px else "")
+                     + (" — flagged." if row.ghost else "."))
         return text + " No magenta is not proof of no ghost: look at the frames too."
 
 

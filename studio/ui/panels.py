@@ -4,8 +4,10 @@ configuration under review, and the quality summary with its gates and suggested
 from __future__ import annotations
 
 import html
+from dataclasses import asdict
 from typing import Any
 
+from studio.quality.summary import GateResult, QualitySummary
 from studio.service import StudioService
 from studio.ui.compare_data import NOT_AVAILABLE, finite
 
@@ -96,85 +98,45 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return html.escape(str(value))
 
 
-def gates_of(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """Gates as rows {name, passed, value, threshold}, from a {name: {...}} mapping or a list of dicts."""
-    gates = metrics.get("gates")
-    rows = []
-    if isinstance(gates, dict):
-        for name, gate in gates.items():
-            gate = gate if isinstance(gate, dict) else {"passed": gate}
-            rows.append({"name": name, **gate})
-    elif isinstance(gates, list):
-        rows = [dict(g) for g in gates if isinstance(g, dict)]
-    for row in rows:
-        passed = row.get("passed", row.get("pass", row.get("ok")))
-        row["passed"] = passed if isinstance(passed, bool) else None
-        row.setdefault("name", row.get("gate", "?"))
-    return rows
-
-
-def suggestion_of(metrics: dict[str, Any]) -> tuple[str | None, str]:
-    """The quality module's suggested verdict and its reason, if it made one."""
-    for key in ("suggested_verdict", "suggestion", "verdict_suggestion", "suggested"):
-        value = metrics.get(key)
-        if isinstance(value, dict):
-            return (str(value.get("decision") or value.get("verdict") or "") or None,
-                    str(value.get("reason") or value.get("reasons") or ""))
-        if isinstance(value, str) and value:
-            reasons = metrics.get("suggestion_reasons") or metrics.get("suggestion_reason") or ""
-            return value, "; ".join(map(str, reasons)) if isinstance(reasons, list) else str(reasons)
-    return None, ""
-
-
-SUMMARY_SKIP = {"per_frame", "gates", "overlays", "ghost", "suggested_verdict", "suggestion", "verdict_suggestion",
-                "suggested", "suggestion_reason", "suggestion_reasons", "error",
-                # OverlayCache bookkeeping, not measurements
-                "diff_pngs", "ghost_pngs", "directory", "summary_path", "computed"}
-
-
 def quality_html(pair) -> str:
     """Summary numbers, gates and the suggested verdict, labelled as a machine suggestion."""
-    status, message = pair.metrics_status, pair.metrics_message
-    if status != "ok" or not pair.metrics:
+    status, message, summary = pair.metrics_status, pair.metrics_message, pair.metrics
+    if status != "ok" or summary is None:
         note = {"unavailable": f"Quality metrics {NOT_AVAILABLE}.",
                 "pending": "Quality metrics are computed once both clips exist.",
                 "not computed": "Quality metrics were not computed for this pair yet (use “Compute metrics”).",
                 "error": f"The quality comparison failed: {html.escape(message)}"}.get(status, html.escape(message))
         return f'<div class="h3-panel"><b>Quality summary</b><p>{note}</p></div>'
-    metrics = pair.metrics
-    scalars = [(k, v) for k, v in metrics.items() if k not in SUMMARY_SKIP and not isinstance(v, (dict, list))]
-    for block in ("ghost", "audio"):  # nested blocks: flatten one level ("audio desync_ms", …)
-        nested = metrics.get(block) if isinstance(metrics.get(block), dict) else {}
-        scalars += [(f"{block} {k}", v) for k, v in nested.items() if not isinstance(v, (dict, list))]
-    # Sentences (e.g. why LPIPS did not run) go under the table; numbers two pairs per row beside the plots.
-    notes = "".join(f"<p><small>{html.escape(str(k))}: {html.escape(v)}</small></p>" for k, v in scalars
-                    if isinstance(v, str) and len(v) > 24)
-    scalars = [(k, v) for k, v in scalars if not (isinstance(v, str) and len(v) > 24)]
-    pairs = [f"<td>{html.escape(str(k))}</td><td><b>{_fmt(v)}</b></td>" for k, v in scalars]
-    cells = "".join(f"<tr>{''.join(pairs[i:i + 2])}</tr>" for i in range(0, len(pairs), 2))
-    gate_rows = "".join(_gate_row(g) for g in gates_of(metrics))
+    data = summary.to_json(files=False)
+    scalars = [(k, v) for k, v in data.items() if k not in NOT_HEADLINE and not isinstance(v, (dict, list))]
+    if summary.audio is not None:
+        scalars += [(f"audio {k}", v) for k, v in asdict(summary.audio).items()]
+    # Sentences (why LPIPS or FLIP did not run) go under the table; numbers two pairs per row beside the plots.
+    notes = "".join(f"<p><small>{html.escape(k)}: {html.escape(v)}</small></p>" for k, v in scalars
+                    if isinstance(v, str))
+    cells_ = [f"<td>{html.escape(k)}</td><td><b>{_fmt(v)}</b></td>" for k, v in scalars if not isinstance(v, str)]
+    cells = "".join(f"<tr>{''.join(cells_[i:i + 2])}</tr>" for i in range(0, len(cells_), 2))
+    gate_rows = "".join(_gate_row(g) for g in summary.gates)
     gates = (f"<table class='h3-table'><tr><th>gate</th><th>result</th><th>value</th><th>threshold</th></tr>"
              f"{gate_rows}</table>") if gate_rows else "<p>No gates in the quality summary.</p>"
     return (f'<div class="h3-panel"><b>Quality summary</b> (from the stored clips)'
-            f"<table class='h3-table'>{cells}</table>{notes}<b>Gates</b>{gates}{suggestion_html(metrics)}</div>")
+            f"<table class='h3-table'>{cells}</table>{notes}<b>Gates</b>{gates}{suggestion_html(summary)}</div>")
 
 
-def _gate_row(gate: dict[str, Any]) -> str:
-    passed = gate["passed"]
-    threshold = next((gate[k] for k in ("threshold", "limit", "range", "bounds") if k in gate), None)
+NOT_HEADLINE = {"suggested_verdict", "suggestion_reasons"}  # shown as the suggestion, not as numbers
+
+
+def _gate_row(gate: GateResult) -> str:
     # passed None: recorded but not gated (e.g. PSNR), or not evaluated (e.g. LPIPS offline).
     mark = {True: "<span class='h3-pass'>pass</span>", False: "<span class='h3-fail'>FAIL</span>"}.get(
-        passed, "recorded, not gated" if threshold is None else "not evaluated")
-    value = gate.get("value", gate.get("measured", ""))
-    return (f"<tr><td>{html.escape(str(gate['name']))}</td><td>{mark}</td><td>{_fmt(value)}</td>"
-            f"<td>{'' if threshold is None else _fmt(threshold)}</td></tr>")
+        gate.passed, "recorded, not gated" if gate.limit is None else "not evaluated")
+    return (f"<tr><td>{html.escape(gate.name)}</td><td>{mark}</td><td>{_fmt(gate.value)}</td>"
+            f"<td>{'' if gate.limit is None else _fmt(gate.limit)}</td></tr>")
 
 
-def suggestion_html(metrics: dict[str, Any]) -> str:
-    decision, reason = suggestion_of(metrics)
-    if decision is None:
-        return "<p class='h3-suggestion'>No suggested verdict in the quality summary.</p>"
+def suggestion_html(summary: QualitySummary) -> str:
+    reasons = "; ".join(summary.suggestion_reasons)
     return (f"<div class='h3-suggestion'><b>Suggested by the metrics (not a verdict):</b> "
-            f"{html.escape(decision)}{' — ' + html.escape(reason) if reason else ''}<br>"
+            f"{html.escape(summary.suggested_verdict)}{' — ' + html.escape(reasons) if reasons else ''}<br>"
             f"<small>Metrics passed the ghosted sparse clip before; only a reviewer's verdict in the Review tab "
             f"counts.</small></div>")

@@ -1,0 +1,183 @@
+"""The quality summary of one pair as one typed value: what `Comparison.summary()` reports, plus where the
+overlay PNGs of each frame are.
+
+    QualitySummary.from_cached(OverlayCache(...).get_or_compute(...))   built once, when a pair is compared
+    summary.to_json() -> dict                                           what the store keeps (one JSON shape)
+    QualitySummary.from_json(stored) -> QualitySummary                  what the studio reads back
+
+Why one type: the studio used to read the stored dict with fallbacks for four container shapes and several
+spellings of each key; every reader (views, REST, UI, export) now reads these fields. The stored JSON is the flat
+shape pairs have always been stored in (summary keys on top, overlay paths beside them), so older pairs still
+read. Fields a summary did not yet have when it was stored (e.g. FLIP before it landed) read as None; keys this
+type does not know are not read (tests/test_quality_summary.py fails when Comparison.summary() reports one, so a new
+measure is added here, not lost on the way to the reviewer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AudioSummary", "FrameMetrics", "GateResult", "OverlayFiles", "QualitySummary", "SummaryError"]
+
+
+class SummaryError(ValueError):
+    """Stored metrics that are not a quality summary (names the key that is wrong)."""
+
+
+@dataclass(frozen=True)
+class FrameMetrics:
+    """One frame's numbers. None: not measured for this pair (LPIPS offline, FLIP unavailable, …)."""
+
+    index: int
+    psnr: float
+    ssim: float
+    ghost_score: float
+    ghost: bool  # the detector flagged this frame (ghost_score at or over its frame threshold)
+    ghost_lag: int = 0  # frames between the frame and the copy it ghosts
+    ghost_displacement_px: float = 0.0
+    lpips: float | None = None
+    sharpness_ratio: float | None = None
+    jitter_ratio: float | None = None
+    temporal_error: float | None = None
+    flip: float | None = None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One promotion gate: the measured value, its limit (a number, a [low, high] range, or None when the value is
+    recorded but not gated) and passed (None: recorded, or not evaluated because the value is missing)."""
+
+    name: str
+    value: float | None
+    limit: float | tuple[float, float] | None
+    passed: bool | None
+
+
+@dataclass(frozen=True)
+class AudioSummary:
+    """Soundtrack comparison (studio/quality/audio.py)."""
+
+    desync_ms: float | None
+    correlation: float | None
+    mel_distance_db: float | None
+    loudness_base_lufs: float | None
+    loudness_cand_lufs: float | None
+    loudness_delta_lu: float | None
+    sample_rate: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class OverlayFiles:
+    """Per-frame overlay PNGs the quality module rendered, on the studio's disk (never exported)."""
+
+    directory: str
+    diff_pngs: tuple[str, ...]
+    ghost_pngs: tuple[str, ...]
+    flip_pngs: tuple[str, ...] = ()  # empty when FLIP did not run
+
+
+# Keys of the stored JSON that say where the overlay PNGs are, not what was measured.
+_FILE_KEYS = ("directory", "diff_pngs", "ghost_pngs", "flip_pngs")
+
+
+@dataclass(frozen=True)
+class QualitySummary:
+    """Headline numbers, per-frame rows, gates and the suggested verdict of one baseline/candidate pair.
+
+    per_frame has ``frames`` rows (index 0..frames-1); gates are in the order the quality module evaluated them.
+    """
+
+    frames: int
+    psnr_mean: float
+    ssim_mean: float
+    ghosting: bool
+    ghost_score: float
+    worst_frame: int | None  # the frame to look at first: strongest ghost if ghosting, else lowest SSIM
+    per_frame: tuple[FrameMetrics, ...]
+    gates: tuple[GateResult, ...]
+    suggested_verdict: str  # "accept" | "reject": a machine suggestion, never the verdict
+    suggestion_reasons: tuple[str, ...] = ()
+    lpips_delta: float | None = None
+    lpips_reason: str | None = None
+    sharpness_ratio: float | None = None
+    temporal_jitter_ratio: float | None = None
+    temporal_consistency: float | None = None
+    flip: float | None = None
+    flip_reason: str | None = None
+    audio: AudioSummary | None = None
+    overlays: OverlayFiles | None = None
+
+    # ------------------------------------------------------------------------------------------ building
+
+    @classmethod
+    def from_cached(cls, cached: Any) -> QualitySummary:
+        """From OverlayCache.get_or_compute's CachedComparison: its summary dict and its PNG paths."""
+        summary = dict(cached.summary)
+        summary.update({"directory": str(cached.directory),
+                        "diff_pngs": [str(p) for p in cached.diff_pngs],
+                        "ghost_pngs": [str(p) for p in cached.ghost_pngs],
+                        "flip_pngs": [str(p) for p in getattr(cached, "flip_pngs", ())]})
+        return cls.from_json(summary)
+
+    @classmethod
+    def from_json(cls, data: Any) -> QualitySummary:
+        """The stored (flat) JSON back as a summary; SummaryError naming the key when it is not one."""
+        if not isinstance(data, dict):
+            raise SummaryError(f"a quality summary is a JSON object, got {type(data).__name__}")
+        for key in ("frames", "psnr_mean", "ssim_mean", "ghosting", "ghost_score", "per_frame", "gates",
+                    "suggested_verdict"):
+            if key not in data:
+                raise SummaryError(f"the quality summary has no {key!r}")
+        try:
+            rows = tuple(_frame(row) for row in data["per_frame"])
+            gates = tuple(GateResult(name, g.get("value"), _limit(g.get("limit")), g.get("passed"))
+                          for name, g in data["gates"].items())
+            audio = AudioSummary(**data["audio"]) if data.get("audio") is not None else None
+        except (TypeError, AttributeError) as error:
+            raise SummaryError(f"malformed quality summary: {error}") from None
+        overlays = None
+        if data.get("directory") is not None:
+            overlays = OverlayFiles(str(data["directory"]), *(tuple(map(str, data.get(k) or ())) for k in _FILE_KEYS[1:]))
+        scalars = {f.name: data.get(f.name, f.default) for f in fields(cls)
+                   if f.name not in ("per_frame", "gates", "audio", "overlays", "suggestion_reasons")}
+        return cls(**scalars, per_frame=rows, gates=gates, audio=audio, overlays=overlays,
+                   suggestion_reasons=tuple(data.get("suggestion_reasons") or ()))
+
+    def to_json(self, files: bool = True) -> dict[str, Any]:
+        """The flat JSON the store keeps (and REST shows); files=False leaves out the overlay PNG paths (they are
+        paths on the studio's disk: the export manifest leaves them out)."""
+        data = asdict(self)
+        data["per_frame"] = [asdict(row) for row in self.per_frame]
+        data["gates"] = {g.name: {"value": g.value, "limit": list(g.limit) if isinstance(g.limit, tuple) else g.limit,
+                                  "passed": g.passed} for g in self.gates}
+        data["suggestion_reasons"] = list(self.suggestion_reasons)
+        overlays = data.pop("overlays")
+        if files and overlays is not None:
+            data.update({key: list(value) if isinstance(value, tuple) else value for key, value in overlays.items()})
+        return data
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def overlay(self, kind: str) -> tuple[Path, ...]:
+        """The PNG paths of one overlay kind ("diff", "ghost", "flip"), one per frame; () when none exist."""
+        if self.overlays is None:
+            return ()
+        return tuple(Path(p) for p in getattr(self.overlays, f"{kind}_pngs"))
+
+    @property
+    def failed_gates(self) -> tuple[GateResult, ...]:
+        return tuple(g for g in self.gates if g.passed is False)
+
+
+_FRAME_FIELDS = frozenset(f.name for f in fields(FrameMetrics))
+
+
+def _frame(row: dict[str, Any]) -> FrameMetrics:
+    return FrameMetrics(**{key: value for key, value in row.items() if key in _FRAME_FIELDS})
+
+
+def _limit(value: Any) -> float | tuple[float, float] | None:
+    return tuple(value) if isinstance(value, list) else value
