@@ -24,7 +24,9 @@ from db import validate as check
 from db.errors import Conflict, NotFound, StoreError
 from db.models import BlindAssignment, Pair
 from db.records import REASONS, VerdictRecord, _Record
-from db.store import Store, _add_version, _change_note, _new_id, _now, _version_to_supersede
+from db.keys import new_id, utc_now
+from db.store import Store
+from db.verdicts import add_version, clean_change_note, version_to_supersede
 
 ANSWERS = ("no_difference", "a_worse", "b_worse")
 ROLES = ("baseline", "candidate")
@@ -80,8 +82,8 @@ class BlindReviews:
                 BlindAssignment.pair_id == pair.id, BlindAssignment.reviewer == reviewer,
                 BlindAssignment.verdict_id.is_(None)).order_by(BlindAssignment.seq.desc()))
             if open_row is None:
-                open_row = BlindAssignment(id=_new_id("blind"), pair_id=pair.id, reviewer=reviewer,
-                                           a_role=_ORDER.choice(ROLES), created_at=_now())
+                open_row = BlindAssignment(id=new_id("blind"), pair_id=pair.id, reviewer=reviewer,
+                                           a_role=_ORDER.choice(ROLES), created_at=utc_now())
                 session.add(open_row)
                 session.flush()
             return _record(open_row)
@@ -105,7 +107,7 @@ class BlindReviews:
         if answer != "no_difference" and not clean_reasons:
             raise StoreError("reasons", "say what you saw: a worse clip needs at least one reason")
         notes = check.text(notes, "notes", max_chars=check.MAX_NOTES_CHARS, allow_empty=True)
-        note = _change_note(change_note)
+        note = clean_change_note(change_note)
 
         def work(session: Session) -> tuple[VerdictRecord, BlindRecord]:
             row = _row(session, assignment_id)
@@ -115,8 +117,8 @@ class BlindReviews:
                 raise Conflict("blind_id", f"blind review {assignment_id} is already answered ({row.verdict_id}); "
                                            "open a new one to review the pair again")
             pair = session.scalar(select(Pair).where(Pair.id == row.pair_id))
-            previous = _version_to_supersede(session, pair, reviewer, note)
-            verdict = _add_version(session, pair, reviewer, decision_of(row.a_role, answer), clean_reasons, notes,
+            previous = version_to_supersede(session, pair, reviewer, note)
+            verdict = add_version(session, pair, reviewer, decision_of(row.a_role, answer), clean_reasons, notes,
                                    previous, note, blind_a=row.a_role, blind_answer=answer)
             row.verdict_id = verdict.id
             session.flush()

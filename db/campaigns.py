@@ -27,7 +27,8 @@ from db.errors import Conflict, NotFound, StoreError
 from db.keys import canonical_json
 from db.models import Campaign, CampaignItem, Pair, Verdict
 from db.records import _Record
-from db.store import Store, _new_id, _now
+from db.keys import new_id, utc_now
+from db.store import Store
 
 MAX_ITEMS = 1000  # prompts × seeds of one campaign
 CAMPAIGN_STATUSES = ("running", "finished", "cancelled")
@@ -82,8 +83,8 @@ class CampaignStore:
         created_by = None if created_by is None else check.text(created_by, "created_by")
 
         def work(session: Session) -> CampaignRecord:
-            now = _now()
-            row = Campaign(id=_new_id("campaign"), name=name, tier=tier, settings_json=settings_json,
+            now = utc_now()
+            row = Campaign(id=new_id("campaign"), name=name, tier=tier, settings_json=settings_json,
                            status="running", created_by=created_by, created_at=now, updated_at=now)
             session.add(row)
             session.flush()
@@ -111,7 +112,7 @@ class CampaignStore:
             for name, value in values.items():
                 setattr(item, name, value)
             campaign = session.scalar(select(Campaign).where(Campaign.id == item.campaign_id))
-            campaign.updated_at = _now()
+            campaign.updated_at = utc_now()
             session.flush()
             left = session.scalar(select(CampaignItem.seq).where(CampaignItem.campaign_id == campaign.id,
                                                                  CampaignItem.state == "pending").limit(1))
@@ -130,7 +131,7 @@ class CampaignStore:
             for item in session.scalars(select(CampaignItem).where(CampaignItem.campaign_id == row.id,
                                                                    CampaignItem.state == "pending")):
                 item.state = "cancelled"
-            row.status, row.updated_at = "cancelled", _now()
+            row.status, row.updated_at = "cancelled", utc_now()
             session.flush()
             return _record(row)
 

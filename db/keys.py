@@ -1,4 +1,4 @@
-"""Canonical JSON and the content keys derived from it.
+"""Canonical JSON and the content keys derived from it; the ids and timestamps rows are made with.
 
 Configuration keys and tier-config hashes must be identical across processes and restarts, so they hash a
 canonical JSON form (sorted keys, no whitespace, UTF-8) rather than Python's repr.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import uuid
+from datetime import datetime, timezone
 from typing import Any
 
 from db.errors import StoreError
@@ -78,3 +80,13 @@ def configuration_key(
         "duration_seconds": normalise_duration(duration),
     }
     return sha256_hex(canonical_json(payload, "tier_config"))
+
+
+def new_id(prefix: str) -> str:
+    """Public ids look like SGLang's: ``video_<32 hex>``."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def utc_now() -> datetime:
+    """Current time as naive UTC (the storage form)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)

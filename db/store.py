@@ -6,6 +6,9 @@
   written atomically *before* the row that points at them is committed: a committed row always has its file.
 - Methods take and return plain data (dicts, bytes, frozen records); no ORM object or session escapes.
 - Knows nothing of the engine or the UI.
+
+Clips, video jobs and pairs live here; verdicts, the approval rule and configurations in db/verdicts.py
+(ReviewStore, a base class of Store); blind reviews and campaigns in db/blind.py and db/campaigns.py.
 """
 
 from __future__ import annotations
@@ -15,44 +18,34 @@ import json
 import random
 import shutil
 import time
-import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, func, or_, select, update
+from sqlalchemy import Select, func, or_, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import approval, convert
+from db import convert
 from db import validate as check
 from db.database import BEGIN_MODE_OPTION, connect, data_dir_writable, is_read_only_error, make_engine, upgrade
 from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
 from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath
-from db.keys import (
-    canonical_json,
-    configuration_key,
-    normalise_duration,
-    sha256_hex,
-    with_tier_name,
-)
-from db.models import ApprovalRuleVersion, Clip, Configuration, Pair, Verdict, VideoJob
+from db.keys import canonical_json, configuration_key, new_id, normalise_duration, sha256_hex, utc_now, with_tier_name
+from db.models import Clip, Configuration, Pair, VideoJob
 from db.records import (
-    DECISIONS,
     PAIR_STATUSES,
-    REASONS,
     RESTART_ERROR,
     TERMINAL_STATUSES,
     VIDEO_STATUSES,
-    WITHDRAWN,
     ApprovalRule,
     ClipRecord,
     PairRecord,
-    VerdictRecord,
     VideoRecord,
 )
 from db.startup import DataDirLock, check_database
+from db.verdicts import ReviewStore
 
 T = TypeVar("T")
 
@@ -74,16 +67,6 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-def _now() -> datetime:
-    """Current time as naive UTC (the storage form)."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-def _new_id(prefix: str) -> str:
-    """Public ids look like SGLang's: ``video_<32 hex>``."""
-    return f"{prefix}_{uuid.uuid4().hex}"
-
-
 def _is_lock_error(exc: OperationalError) -> bool:
     """SQLite reports contention as 'database is locked' (or 'busy')."""
     message = str(exc.orig).lower()
@@ -98,7 +81,7 @@ def _is_full_error(exc: OperationalError) -> bool:
 # ------------------------------------------------------------------------------------------------ store
 
 
-class Store:
+class Store(ReviewStore):
     """Persistent state of the studio under one data directory. Thread-safe: share one per process."""
 
     def __init__(self, data_dir: Path, approval_rule: ApprovalRule | None = None, *, recover: bool = True) -> None:
@@ -203,7 +186,7 @@ class Store:
 
         def work(session: Session) -> tuple[list[str], list[VideoRecord]]:
             rows = list(session.scalars(select(VideoJob).where(VideoJob.status.in_(UNFINISHED))))
-            now = _now()
+            now = utc_now()
             resumable = [row for row in rows if row.remote_json]
             for row in rows:
                 if row.remote_json:
@@ -224,7 +207,7 @@ class Store:
     def set_video_remote(self, video_id: str, server: str, remote_video_id: str) -> VideoRecord:
         """Remember the remote server's job for a video (called when the server accepts it)."""
         handle = {"server": check.text(server, "server"), "video_id": check.text(remote_video_id, "video_id"),
-                  "accepted_at": _now().isoformat() + "Z"}
+                  "accepted_at": utc_now().isoformat() + "Z"}
 
         def work(session: Session) -> VideoRecord:
             row = self._video_row(session, video_id)
@@ -271,7 +254,7 @@ class Store:
                 path=clip_relpath(sha).as_posix(),
                 size_bytes=size,
                 sidecar_json=canonical_json(sidecar, "sidecar"),
-                created_at=_now(),
+                created_at=utc_now(),
                 **columns,
             )
             session.add(row)
@@ -367,13 +350,13 @@ class Store:
 
         def work(session: Session) -> VideoRecord:
             row = VideoJob(
-                id=_new_id("video"),
+                id=new_id("video"),
                 status="queued",
                 progress=0,
                 tier=tier,
                 model=model,
                 request_json=request_json,
-                created_at=_now(),
+                created_at=utc_now(),
             )
             session.add(row)
             session.flush()
@@ -408,7 +391,7 @@ class Store:
             for name, value in changes.items():
                 setattr(row, name, value)
             if row.status in TERMINAL_STATUSES and row.completed_at is None:
-                row.completed_at = _now()
+                row.completed_at = utc_now()
             session.flush()
             return convert.video_record(row)
 
@@ -537,7 +520,7 @@ class Store:
         session: Session, key: str, model_id: str, tier_name: str, snapshot: dict[str, Any], duration: float
     ) -> None:
         """Create the configuration on its first pair; afterwards count pairs and bump updated_at."""
-        now = _now()
+        now = utc_now()
         row = session.get(Configuration, key)
         if row is None:
             session.add(Configuration(
@@ -555,9 +538,9 @@ class Store:
         target: dict[str, Any], model_id: str,
     ) -> Pair:
         """Insert the pair row (queued, no videos yet)."""
-        now = _now()
+        now = utc_now()
         row = Pair(
-            id=_new_id("pair"), prompt=prompt, seed=seed, tier_name=tier_name,
+            id=new_id("pair"), prompt=prompt, seed=seed, tier_name=tier_name,
             tier_config_json=canonical_json(snapshot), target_json=canonical_json(target), model_id=model_id,
             configuration_key=key, status="queued", created_at=now, updated_at=now,
         )
@@ -594,7 +577,7 @@ class Store:
             self._video_row(session, candidate_video_id, field="candidate_video_id")
             row.baseline_video_id = baseline_video_id
             row.candidate_video_id = candidate_video_id
-            row.updated_at = _now()
+            row.updated_at = utc_now()
             session.flush()
             return convert.pair_records(session, [row])[0]
 
@@ -621,7 +604,7 @@ class Store:
             self._check_pair_transition(session, row, changes.get("status", row.status))
             for name, value in changes.items():
                 setattr(row, name, value)
-            row.updated_at = _now()
+            row.updated_at = utc_now()
             session.flush()
             return convert.pair_records(session, [row])[0]
 
@@ -670,193 +653,3 @@ class Store:
             return convert.pair_records(session, list(session.scalars(paged)))
 
         return self._read(work)
-
-    # ---------------------------------------------------------------------------------------- verdicts
-
-    def add_verdict(
-        self, pair_id: str, reviewer: str, decision: str, reasons: list[str], notes: str = "",
-        change_note: str | None = None,
-    ) -> VerdictRecord:
-        """Record a reviewer's accept/reject of a completed pair, with a snapshot of its tier config.
-
-        Allowed decisions: accept, reject (a reject names at least one reason). Allowed reasons: ghosting,
-        flicker, blur, colour shift, audio desync, artifact, other. A reviewer who already has a verdict on the
-        pair corrects it: ``change_note`` (why) is then required, and the new version supersedes the old one,
-        which stays in the history. Approval counts each reviewer's latest version per pair.
-        """
-        reviewer = check.text(reviewer, "reviewer")
-        decision = check.one_of(decision, "decision", DECISIONS)
-        clean_reasons = check.reasons(reasons, REASONS)
-        if decision == "reject" and not clean_reasons:
-            raise StoreError("reasons", "a reject needs at least one reason: say what you saw")
-        notes = check.text(notes, "notes", max_chars=check.MAX_NOTES_CHARS, allow_empty=True)
-        note = _change_note(change_note)
-
-        def work(session: Session) -> VerdictRecord:
-            pair = self._pair_row(session, pair_id)
-            previous = _version_to_supersede(session, pair, reviewer, note)
-            return _add_version(session, pair, reviewer, decision, clean_reasons, notes, previous, note)
-
-        return self._write(work)
-
-    def withdraw_verdict(self, pair_id: str, reviewer: str, change_note: str) -> VerdictRecord:
-        """Withdraw the reviewer's standing verdict on a pair (a new "withdrawn" version; the old one is kept).
-        ``change_note`` (why) is required; NotFound when the reviewer has no standing verdict there."""
-        reviewer = check.text(reviewer, "reviewer")
-        note = _change_note(change_note)
-        if note is None:
-            raise StoreError("change_note", "must say why the verdict is withdrawn")
-
-        def work(session: Session) -> VerdictRecord:
-            pair = self._pair_row(session, pair_id)
-            previous = _latest_version(session, pair.id, reviewer)
-            if previous is None or previous.decision == WITHDRAWN:
-                raise NotFound("reviewer", f"{reviewer} has no standing verdict on pair {pair_id} to withdraw")
-            return _add_version(session, pair, reviewer, WITHDRAWN, (), "", previous, note)
-
-        return self._write(work)
-
-    def list_verdicts(self, pair_id: str | None = None, configuration_key: str | None = None) -> list[VerdictRecord]:
-        """Verdicts oldest first, optionally for one pair and/or one configuration."""
-        query: Select[tuple[Verdict]] = select(Verdict).order_by(Verdict.seq)
-        if pair_id is not None:
-            query = query.where(Verdict.pair_id == pair_id)
-        if configuration_key is not None:
-            query = query.where(Verdict.configuration_key == configuration_key)
-        return self._read(lambda s: [convert.verdict_record(r) for r in s.scalars(query)])
-
-    # ----------------------------------------------------------------------------------- approval rule
-
-    @property
-    def approval_rule(self) -> ApprovalRule:
-        """The rule an admin set last, else the one this store was opened with."""
-        row = self._read(lambda s: s.scalar(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq.desc())))
-        return self.default_approval_rule if row is None else _rule_of(row)
-
-    def set_approval_rule(self, rule: ApprovalRule, changed_by: str) -> ApprovalRule:
-        """Store a new approval rule (every earlier one stays in ``approval_rule_history``)."""
-        changed_by = check.text(changed_by, "changed_by")
-
-        def work(session: Session) -> ApprovalRule:
-            session.add(ApprovalRuleVersion(**rule.as_dict(), changed_by=changed_by, created_at=_now()))
-            return rule
-
-        return self._write(work)
-
-    def approval_rule_history(self) -> list[dict[str, Any]]:
-        """Every rule an admin set, oldest first: the rule's fields plus changed_by and created_at."""
-        def work(session: Session) -> list[dict[str, Any]]:
-            rows = session.scalars(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq))
-            return [{**_rule_of(r).as_dict(), "changed_by": r.changed_by,
-                     "created_at": r.created_at.replace(tzinfo=timezone.utc).isoformat()} for r in rows]
-
-        return self._read(work)
-
-    # ---------------------------------------------------------------------------------- configurations
-
-    @staticmethod
-    def configuration_key(model_id: str, tier_config: dict[str, Any], duration: float,
-                          *, tier_name: str | None = None) -> str:
-        """See :func:`db.keys.configuration_key` (exposed here so callers need only the Store)."""
-        return configuration_key(model_id, tier_config, duration, tier_name=tier_name)
-
-    def configuration_status(self, key: str) -> dict[str, Any]:
-        """A configuration, its tally (approved, accepts, rejects, distinct_accepted_prompts, accepted_prompts),
-        the rule applied, and ``history``: its verdicts oldest first, as dicts."""
-
-        def work(session: Session) -> tuple[Configuration | None, list[VerdictRecord]]:
-            query = select(Verdict).where(Verdict.configuration_key == key).order_by(Verdict.seq)
-            return session.get(Configuration, key), [convert.verdict_record(r) for r in session.scalars(query)]
-
-        row, verdicts = self._read(work)
-        if row is None:
-            raise NotFound("key", f"no configuration {key!r}")
-        summary = convert.configuration_dict(row, self.approval_rule, verdicts)
-        # history holds every version (corrections and withdrawals included): the audit trail.
-        return {**summary, "history": [v.as_dict() for v in verdicts]}
-
-    def list_configurations(self) -> list[dict[str, Any]]:
-        """Every configuration (most recently used first) with its tally and ``approved`` flag, no history."""
-
-        def work(session: Session) -> tuple[list[Configuration], list[VerdictRecord]]:
-            rows = list(session.scalars(select(Configuration).order_by(Configuration.updated_at.desc())))
-            return rows, _all_verdicts(session)
-
-        rows, verdicts = self._read(work)
-        by_key = approval.group(verdicts, lambda v: v.configuration_key)
-        rule = self.approval_rule
-        return [convert.configuration_dict(r, rule, by_key.get(r.key, [])) for r in rows]
-
-    def approved_pairs(self) -> list[PairRecord]:
-        """Pairs fit to export: completed, in an approved configuration, with a standing accept and no standing
-        reject.
-
-        Read in one snapshot, oldest first.
-        """
-
-        def work(session: Session) -> tuple[list[PairRecord], list[VerdictRecord]]:
-            rows = session.scalars(select(Pair).where(Pair.status == "completed").order_by(Pair.seq))
-            return convert.pair_records(session, list(rows)), _all_verdicts(session)
-
-        pairs, verdicts = self._read(work)
-        rule = self.approval_rule
-        approved_keys = {
-            key for key, group in approval.group(verdicts, lambda v: v.configuration_key).items()
-            if approval.tally(rule, group)["approved"]
-        }
-        per_pair = approval.group(verdicts, lambda v: v.pair_id)
-        return [
-            p for p in pairs
-            if p.configuration_key in approved_keys and approval.pair_accepted(per_pair.get(p.id, []))
-        ]
-
-
-def _all_verdicts(session: Session) -> list[VerdictRecord]:
-    """Every verdict version, oldest first (approval picks the standing ones from them)."""
-    return [convert.verdict_record(r) for r in session.scalars(select(Verdict).order_by(Verdict.seq))]
-
-
-def _change_note(value: Any) -> str | None:
-    """A correction's or withdrawal's note, stripped; None when absent or blank."""
-    if value is None:
-        return None
-    note = check.text(value, "change_note", max_chars=check.MAX_NOTES_CHARS, allow_empty=True).strip()
-    return note or None
-
-
-def _version_to_supersede(session: Session, pair: Pair, reviewer: str, note: str | None) -> Verdict | None:
-    """Before a new verdict version: the pair must be completed, and a reviewer with a standing verdict on it
-    corrects that verdict, which needs a change note. Returns the version the new one supersedes (or None)."""
-    if pair.status != "completed":
-        raise Conflict("pair_id", f"pair {pair.id} is {pair.status}; only completed pairs can be reviewed")
-    previous = _latest_version(session, pair.id, reviewer)
-    if previous is not None and previous.decision != WITHDRAWN and note is None:
-        raise Conflict("change_note", f"{reviewer} already recorded {previous.decision} on pair {pair.id} "
-                                      f"({previous.id}); to correct it, say why in a change note")
-    return previous
-
-
-def _latest_version(session: Session, pair_id: str, reviewer: str) -> Verdict | None:
-    """The reviewer's latest verdict version on a pair (a withdrawal included), or None."""
-    query = select(Verdict).where(Verdict.pair_id == pair_id, Verdict.reviewer == reviewer)
-    return session.scalar(query.order_by(Verdict.seq.desc()))
-
-
-def _add_version(session: Session, pair: Pair, reviewer: str, decision: str, reasons: tuple[str, ...], notes: str,
-                 previous: Verdict | None, change_note: str | None, **blind: str) -> VerdictRecord:
-    """Insert one verdict version superseding ``previous`` (None: the reviewer's first verdict on the pair);
-    ``blind``: blind_a and blind_answer of a blind review (db/blind.py)."""
-    row = Verdict(
-        id=_new_id("verdict"), pair_id=pair.id, configuration_key=pair.configuration_key, reviewer=reviewer,
-        decision=decision, reasons_json=json.dumps(list(reasons)), notes=notes, prompt=pair.prompt,
-        tier_config_json=pair.tier_config_json, created_at=_now(),
-        supersedes=previous.id if previous is not None else None, change_note=change_note, **blind,
-    )
-    session.add(row)
-    session.flush()
-    return convert.verdict_record(row)
-
-
-def _rule_of(row: ApprovalRuleVersion) -> ApprovalRule:
-    return ApprovalRule(min_distinct_prompts=row.min_distinct_prompts, max_rejects=row.max_rejects,
-                        min_reviewers=row.min_reviewers)
