@@ -13,7 +13,7 @@ from engine.errors import ModelLoadError, RequestError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine", description="MiniMax-H3 t2va engine")
+    parser = argparse.ArgumentParser(prog="python -m engine", description="MiniMax-H3 engine: t2va, fl2va, ref2va")
     commands = parser.add_subparsers(dest="command", required=True)
 
     generate = commands.add_parser("generate", help="generate one clip: FILE.mp4 + FILE.json")
@@ -30,6 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--tiers-file", default=None, help="TOML file with extra [[tier]] tables")
     generate.add_argument("--device", default=None)
     generate.add_argument("--ulysses", type=int, default=1, help="sequence-parallel processes (1 = in-process)")
+    generate.add_argument("--first-frame", metavar="IMG", default=None,
+                          help="fl2va: image the video starts on (PNG/JPEG/WebP), stretched onto the canvas")
+    generate.add_argument("--last-frame", metavar="IMG", default=None,
+                          help="fl2va: image the video ends on; after --first-frame it is cover-cropped")
+    generate.add_argument("--reference", metavar="FILE", action="append", default=None,
+                          help="ref2va: a reference image (repeat for up to 9, in the order the prompt names them)")
 
     info = commands.add_parser("info", help="print the model config, parameter counts and token counts")
     info.add_argument("--model", default=None)
@@ -41,6 +47,49 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The request field each input option fills, and back (an error names the option the user typed).
+INPUT_OPTIONS = {"first_frame": "--first-frame", "last_frame": "--last-frame", "references": "--reference"}
+
+
+def _read_input(option: str, path: str) -> bytes:
+    """An input file's bytes, or RequestError naming the option (missing, a folder, unreadable, too large)."""
+    from pathlib import Path
+
+    from engine.conditioning import MAX_IMAGE_BYTES
+
+    try:
+        size = Path(path).stat().st_size
+        if size > MAX_IMAGE_BYTES:
+            raise RequestError(option, f"{path} is {size:,} bytes; at most {MAX_IMAGE_BYTES // 2**20} MiB")
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise RequestError(option, f"cannot read {path}: {error.strerror or error}") from None
+
+
+def _inputs(args) -> dict:
+    """The conditioning files, read once (the request is validated twice: before and after the model loads)."""
+    if getattr(args, "_inputs", None) is None:
+        inputs = {}
+        for name in ("first_frame", "last_frame"):
+            if getattr(args, name) is not None:
+                inputs[name] = _read_input(INPUT_OPTIONS[name], getattr(args, name))
+        if args.reference is not None:
+            inputs["references"] = [_read_input(f"--reference {path}", path) for path in args.reference]
+        args._inputs = inputs
+    return args._inputs
+
+
+def _option_error(error: RequestError, args) -> RequestError:
+    """`first_frame: ...` → `--first-frame: ...`; `references[1]: ...` → `--reference b.png: ...`."""
+    name, _, index = error.field.partition("[")
+    if name not in INPUT_OPTIONS:
+        return error
+    option = INPUT_OPTIONS[name]
+    if index and args.reference:
+        option = f"--reference {args.reference[int(index.rstrip(']'))]}"
+    return RequestError(option, error.message)
+
+
 def _payload(args) -> dict:
     payload = {"prompt": args.prompt, "seed": args.seed, "aspect_ratio": args.aspect, "tier": args.tier,
                "force": args.force}
@@ -50,10 +99,17 @@ def _payload(args) -> dict:
         payload["short_edge"] = args.short_edge
     if args.steps is not None:
         payload["steps"] = args.steps
-    return payload
+    return {**payload, **_inputs(args)}
 
 
 def _generate(args) -> int:
+    try:
+        return _generate_clip(args)
+    except RequestError as error:
+        raise _option_error(error, args) from None
+
+
+def _generate_clip(args) -> int:
     from engine.tiers import TierTable
 
     if not args.out.endswith(".mp4"):
@@ -70,7 +126,7 @@ def _generate(args) -> int:
         engine = Engine.load(args.model, args.tiers_file, args.device)
         clip = engine.generate(_payload(args))
     mp4_path, json_path = clip.save(args.out)
-    print(json.dumps({"mp4": str(mp4_path), "sidecar": str(json_path), "tier": clip.tier,
+    print(json.dumps({"mp4": str(mp4_path), "sidecar": str(json_path), "tier": clip.tier, "task": clip.task,
                       "timings": clip.timings, "tokens": clip.tokens}))
     return 0
 

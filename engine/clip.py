@@ -43,6 +43,8 @@ class Clip:
     compiles: dict = field(default_factory=dict)
     untrained: list[str] = field(default_factory=list)
     peak_memory_mb: float | None = None
+    task: str = "t2va"  # t2va, fl2va (keyframes) or ref2va (reference images)
+    inputs: dict = field(default_factory=dict)  # the conditioning inputs by field, described (sha256, size)
 
     @property
     def num_frames(self) -> int:
@@ -50,7 +52,8 @@ class Clip:
 
     @property
     def inference_time_s(self) -> float:
-        stages = ("encode_text", "prepare_noise", "denoise", "decode_video", "decode_audio")
+        stages = ("prepare_inputs", "encode_text", "encode_inputs", "prepare_noise", "denoise", "decode_video",
+                  "decode_audio")
         return float(sum(self.timings.get(stage, 0.0) for stage in stages))
 
     def sidecar(self) -> dict:
@@ -80,6 +83,8 @@ class Clip:
             "compiles": self.compiles,
             "untrained": self.untrained,
             "peak_memory_mb": self.peak_memory_mb,
+            "task": self.task,
+            "inputs": self.inputs,
         }
 
     def save(self, path: str | Path) -> tuple[Path, Path]:

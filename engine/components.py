@@ -19,6 +19,10 @@ from engine.layout import ModelGeometry
 
 NANO_PATH = Path(__file__).resolve().parent.parent / "assets" / "nano"
 DEFAULT_PIPELINE_CONFIG = {"canvas_short_edge": 768, "canvas_max_pixels": 768 * 1344}
+# The short edge a ref2va image reference is encoded at, relative to the canvas short edge (2048 / 768 for the
+# released checkpoint). A checkpoint that sets a canvas but no reference edge (the nano: 128) gets the same ratio,
+# so a reference is not encoded at 2048 pixels beside a 128-pixel video.
+REFERENCE_EDGE_RATIO = 2048 / 768
 # Hash whole files below this size; above it (a 62 GB checkpoint) hash the safetensors headers, sizes and samples.
 FULL_HASH_LIMIT = 256 * 1024**2
 
@@ -59,6 +63,9 @@ class Components:
     untrained: bool
     device: torch.device
     dtype: torch.dtype
+    # ref2va's checkpoint partition (`transformer_ref/`); None when the checkpoint has none (see engine/tasks.py)
+    transformer_ref: torch.nn.Module | None = None
+    processor: object = None  # Qwen3-VL's image processing for keyframes and references, built on first use
 
     @property
     def geometry(self) -> ModelGeometry:
@@ -197,6 +204,18 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
     studio_file = root / "h3_studio.json"
     studio = json.loads(studio_file.read_text()) if studio_file.is_file() else {}
     pipeline_config = {**DEFAULT_PIPELINE_CONFIG, **studio.get("pipeline", {})}
+    if "reference_image_short_edge" not in pipeline_config:
+        multiple = 32
+        edge = pipeline_config["canvas_short_edge"] * REFERENCE_EDGE_RATIO
+        pipeline_config["reference_image_short_edge"] = max(multiple, round(edge / multiple) * multiple)
+    transformer_ref = None
+    ref_folder = root / "transformer_ref"
+    if ref_folder.is_dir() and placement.get("transformer", device_obj) is not None:
+        spec = ComponentSpec("transformer_ref", "model", "MiniMaxH3Transformer3DModel")
+        try:
+            transformer_ref = _load_one(spec, ref_folder, dtype, torch.device(placement.get("transformer", device_obj)))
+        except Exception as error:  # noqa: BLE001 - reported like every other component
+            raise ModelLoadError(str(root), [f"transformer_ref/: failed to load: {type(error).__name__}: {error}"])
     text_layers = loaded["text_encoder"].config.text_config.num_hidden_layers if loaded["text_encoder"] else None
     if text_layers is not None and text_layers <= 50:
         raise ModelLoadError(str(root), [f"text_encoder/: has {text_layers} decoder layers; H3 reads hidden_states[50]"])
@@ -209,4 +228,5 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
         untrained=bool(studio.get("untrained", False)),
         device=device_obj,
         dtype=dtype,
+        transformer_ref=transformer_ref,
     )

@@ -26,11 +26,20 @@ from engine.attention import AttentionRuntime, install_processors, restore_proce
 from engine.cache import FirstBlockCache
 from engine.clip import Clip
 from engine.components import Components, load_components
+from engine.errors import RequestError
 from engine.interface import RequestPlan, plan_request, tier_plan
 from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
 from engine.media import encode_mp4
 from engine.request import GenerationRequest, ModelLimits
 from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode_text, frames_to_uint8, prepare_noise
+from engine.tasks import (
+    build_task_layout,
+    check_task,
+    encode_inputs,
+    encode_presentation,
+    prepare_inputs,
+    transformer_for,
+)
 from engine.tiers import TierPlan, TierTable
 
 if TYPE_CHECKING:
@@ -94,8 +103,14 @@ class Engine:
         self.tiers = tiers or TierTable.load()
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
         self._lock = threading.Lock()
-        self._loras: dict[tuple[str, float], object] = {}
+        self._loras: dict[tuple[str, float, int], object] = {}
         self.compile_keys: set[tuple] = set()  # every kernel specialisation this process has built
+        # fp8 tiers: block weights quantized once (engine/fp8.py), at load for the main transformer; FSDP shards
+        # (sequence-parallel workers) are not quantized and refuse fp8 tiers.
+        self._fp8_weights: dict[int, dict] = {}
+        self.fp8_ready = parallel is None
+        if self.fp8_ready and any(tier.fp8 for tier in self.tiers.tiers.values()):
+            self._fp8_for(components.transformer)
 
     @classmethod
     def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None) -> Engine:
@@ -118,7 +133,12 @@ class Engine:
         return len(self.components.transformer.transformer_blocks)
 
     def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
-        return self.tiers.validate(payload, self.limits)
+        request = self.tiers.validate(payload, self.limits)
+        check_task(self.components, request)
+        if self.tiers.get(request.tier).fp8 and not self.fp8_ready:
+            raise RequestError("tier", f"{request.tier} is unavailable: fp8 tiers run on the single-process engine "
+                               "(sequence-parallel workers keep bf16 shards)")
+        return request
 
     def plan(self, payload: dict | GenerationRequest) -> RequestPlan:
         """Validate and plan one request: the tier config its clip will carry, its canvas, the model."""
@@ -145,23 +165,42 @@ class Engine:
         components = self.components
         plan = tier_plan(self.tiers, request, self.num_blocks)  # the one `plan()` reports
         tier = plan.tier
-        with timer.stage("encode_text"):
-            if self.parallel is not None:
-                prompt_embeds = self.parallel.encode_text(components, request.prompt)
-            else:
-                prompt_embeds = encode_text(components, request.prompt)
-        with timer.stage("plan"):
+        transformer = transformer_for(components, request.task)
+        conditions: list[torch.Tensor] = []
+        if request.task == "t2va":
+            with timer.stage("encode_text"):
+                if self.parallel is not None:
+                    prompt_embeds = self.parallel.encode_text(components, request.prompt)
+                else:
+                    prompt_embeds = encode_text(components, request.prompt)
+            with timer.stage("plan"):
+                canvas = resolve_canvas(components.geometry, request.duration_seconds, request.aspect_ratio,
+                                        request.short_edge)
+                layout = build_layout(components.geometry, canvas, prompt_embeds.shape[1], tier.bucket)
+        else:  # fl2va / ref2va: the inputs are put on the canvas, presented to the text encoder and VAE-encoded
             canvas = resolve_canvas(components.geometry, request.duration_seconds, request.aspect_ratio,
                                     request.short_edge)
-            layout = build_layout(components.geometry, canvas, prompt_embeds.shape[1], tier.bucket)
-            if self.parallel is not None:
-                layout = self.parallel.begin_request(layout)
+            with timer.stage("prepare_inputs"):
+                inputs = prepare_inputs(components, canvas, request)
+            with timer.stage("encode_text"):
+                prompt_embeds, text_token_tags = encode_presentation(components, request.prompt, inputs)
+            with timer.stage("encode_inputs"):
+                encode_inputs(components, inputs)
+                conditions = inputs.condition_latents
+            with timer.stage("plan"):
+                layout = build_task_layout(components.geometry, canvas, text_token_tags, inputs, tier.bucket)
+        if self.parallel is not None:
+            layout = self.parallel.begin_request(layout)
         with timer.stage("prepare_noise"):
-            video_rows, audio_rows = prepare_noise(components, canvas, request.seed)
-        with timer.stage("denoise"), self._installed(plan, canvas, layout) as (control, lora_report, runtime):
+            video_rows, audio_rows = prepare_noise(components, canvas, request.seed, conditions)
+        with timer.stage("denoise"), self._installed(plan, canvas, layout, transformer) as (control, lora_report,
+                                                                                           runtime):
             video_rows, audio_rows, step_records = denoise(
-                components, layout, prompt_embeds, video_rows, audio_rows, plan.steps, control, on_step, cancel
+                components, layout, prompt_embeds, video_rows, audio_rows, plan.steps, control, on_step, cancel,
+                transformer=transformer,
             )
+        # Only the generated rows go on: the conditioning rows were never stepped.
+        video_rows = video_rows[layout.num_condition_video_rows:]
         return _Denoised(plan, canvas, layout, video_rows, audio_rows, step_records, lora_report,
                          self._compile_report(runtime))
 
@@ -188,6 +227,7 @@ class Engine:
             duration_seconds=canvas.duration_seconds, requested_duration=request.duration_seconds,
             aspect_ratio=request.aspect_ratio, short_edge=request.short_edge, timings=timer.timings,
             steps=result.step_records, lora=lora_report, compiles=result.compiles, untrained=untrained,
+            task=request.task, inputs=request.inputs(),
             peak_memory_mb=(torch.cuda.max_memory_allocated() / 2**20 if components.device.type == "cuda" else None),
         )
 
@@ -205,16 +245,15 @@ class Engine:
         return report
 
     @contextlib.contextmanager
-    def _installed(self, plan: TierPlan, canvas, layout):
-        """Install the plan's techniques for one denoise stage and always remove them."""
-        transformer = self.components.transformer
+    def _installed(self, plan: TierPlan, canvas, layout, transformer: torch.nn.Module):
+        """Install the plan's techniques on the task's transformer for one denoise stage; always remove them."""
         tier = plan.tier
-        handle = runtime = cache = previous = None
+        handle = runtime = cache = previous = fp8_weights = None
         fused_on = False
         try:
             lora_report = None
             if tier.lora:
-                adapter = self._adapter(str(tier.lora.resolved()), tier.lora.scale)
+                adapter = self._adapter(str(tier.lora.resolved()), tier.lora.scale, transformer)
                 handle = adapter.apply(transformer)
                 lora_report = adapter.report.to_dict()
                 lora_report["merged_layers"] = 0
@@ -236,8 +275,13 @@ class Engine:
             if tier.fused:
                 from engine.fused import enable_fused_blocks
 
-                enable_fused_blocks(transformer)
+                enable_fused_blocks(transformer, fp8=tier.fp8)
                 fused_on = True
+            if tier.fp8:
+                from engine.fp8 import install_fp8_linears
+
+                fp8_weights = self._fp8_for(transformer)
+                install_fp8_linears(transformer, fp8_weights)
             if tier.cache:
                 measure = self.parallel.relative_change if self.parallel is not None else None
                 cache = FirstBlockCache(tier.cache, plan, measure)
@@ -246,6 +290,10 @@ class Engine:
         finally:
             if cache:
                 cache.remove()
+            if fp8_weights is not None:
+                from engine.fp8 import remove_fp8_linears
+
+                remove_fp8_linears(transformer, fp8_weights)
             if fused_on:
                 from engine.fused import disable_fused_blocks
 
@@ -258,10 +306,18 @@ class Engine:
                 if lora_report is not None and lora_report["merged_layers"]:
                     lora_report["restore_s"] = time.perf_counter() - start
 
-    def _adapter(self, path: str, scale: float):
+    def _fp8_for(self, transformer: torch.nn.Module) -> dict:
+        """The fp8 weights of `transformer`'s blocks, quantized on first use and kept (the main one at load)."""
+        from engine.fp8 import quantize_block_linears
+
+        if id(transformer) not in self._fp8_weights:
+            self._fp8_weights[id(transformer)] = quantize_block_linears(transformer)
+        return self._fp8_weights[id(transformer)]
+
+    def _adapter(self, path: str, scale: float, transformer: torch.nn.Module):
         from engine.lora import load_lora
 
-        key = (path, scale)
+        key = (path, scale, id(transformer))  # one adapter per partition it hooks (ref2va: transformer_ref)
         if key not in self._loras:
-            self._loras[key] = load_lora(Path(path), self.components.transformer, scale=scale)
+            self._loras[key] = load_lora(Path(path), transformer, scale=scale)
         return self._loras[key]

@@ -76,6 +76,8 @@ class PackedLayout:
     video_start: int  # first video row: everything before it is the always-attended "sink"
     length: int  # valid rows S
     padded_length: int  # S rounded up to the bucket (== S when bucketing is off)
+    # fl2va/ref2va: the leading video rows that hold the noised keyframes/references (engine/tasks.py); never stepped
+    num_condition_video_rows: int = 0
 
 
 def resolve_canvas(geometry: ModelGeometry, duration_seconds: float, aspect_ratio: str, short_edge: int) -> Canvas:

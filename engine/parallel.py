@@ -333,7 +333,12 @@ class ParallelEngine:
         return self.components.untrained
 
     def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
-        return self.tiers.validate(payload, self.limits)
+        request = self.tiers.validate(payload, self.limits)
+        if request.task != "t2va":  # only rank 0 holds the text encoder; the inputs' encode is not shared yet
+            field = next(name for name in ("first_frame", "last_frame", "references") if getattr(request, name))
+            raise RequestError(field, f"the sequence-parallel engine runs text-to-video only; {request.task} runs "
+                                      "in-process (one GPU)")
+        return request
 
     def plan(self, payload: dict | GenerationRequest) -> RequestPlan:
         """`Engine.plan`, from rank 0's model summary: the workers run the same tier table and model."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
+from engine.conditioning import INPUT_FIELDS, InputImage, task_of, validate_inputs
 from engine.errors import RequestError
 
 ASPECT_RATIOS: dict[str, tuple[int, int]] = {
@@ -36,7 +37,8 @@ REFUSED_FIELDS: dict[str, str] = {
     "num_frames": "the frame count follows from duration_seconds (24 fps, aligned to 17n+5)",
     "fps": "MiniMax-H3 generates at a fixed 24 fps",
 }
-KNOWN_FIELDS = {"prompt", "duration_seconds", "aspect_ratio", "short_edge", "seed", "steps", "tier", "force"}
+KNOWN_FIELDS = {"prompt", "duration_seconds", "aspect_ratio", "short_edge", "seed", "steps", "tier", "force",
+                *INPUT_FIELDS}
 # Qwen special tokens a prompt may not smuggle in: a vision pad token would make the conditioner expect pixels.
 RESERVED_PROMPT_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 
@@ -64,10 +66,29 @@ class GenerationRequest:
     tier: str = "baseline"
     force: bool = False
     extra: dict = field(default_factory=dict)
+    # fl2va keyframes and ref2va reference images (engine/conditioning.py); none of them: t2va
+    first_frame: InputImage | None = None
+    last_frame: InputImage | None = None
+    references: tuple[InputImage, ...] = ()
+
+    @property
+    def task(self) -> str:
+        return task_of(self.first_frame, self.last_frame, self.references)
+
+    def inputs(self) -> dict:
+        """The conditioning inputs by field, described without pixels: {} for t2va."""
+        described = {name: image.describe() for name, image in
+                     (("first_frame", self.first_frame), ("last_frame", self.last_frame)) if image is not None}
+        if self.references:
+            described["references"] = [image.describe() for image in self.references]
+        return described
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data.pop("extra")
+        """Plain JSON data: the settings, plus the task and the inputs' descriptions when it has inputs."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("extra", *INPUT_FIELDS)}
+        if self.task != "t2va":
+            data.update(task=self.task, inputs=self.inputs())
         return data
 
 
@@ -155,6 +176,7 @@ def validate_request(payload: dict, limits: ModelLimits | None = None) -> Genera
     force = payload.get("force", False)
     if not isinstance(force, bool):
         raise RequestError("force", f"must be true or false, got {force!r}")
+    first_frame, last_frame, references = validate_inputs(payload)
     return GenerationRequest(
         prompt=_validate_prompt(payload["prompt"]),
         duration_seconds=validate_duration(payload.get("duration_seconds", limits.default_duration), limits),
@@ -164,4 +186,7 @@ def validate_request(payload: dict, limits: ModelLimits | None = None) -> Genera
         steps=None if steps is None else _require_int("steps", steps, MIN_STEPS, MAX_STEPS),
         tier=_validate_tier(payload.get("tier", "baseline")),
         force=force,
+        first_frame=first_frame,
+        last_frame=last_frame,
+        references=references,
     )

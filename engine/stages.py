@@ -29,6 +29,7 @@ from engine.layout import Canvas, PackedLayout, pad_rows
 TEXT_ENCODER_LAYER = 50
 PIXEL_MEAN = (0.485, 0.456, 0.406)
 PIXEL_STD = (0.229, 0.224, 0.225)
+KEYFRAME_NOISE_AUG = 0.999  # the t a conditioning row is held at (MiniMaxH3ModularPipeline.keyframe_noise_aug)
 
 
 class _TextOnlyTokenTypes:
@@ -58,13 +59,23 @@ def encode_text(components: Components, prompt: str) -> torch.Tensor:
     )
 
 
-def prepare_noise(components: Components, canvas: Canvas, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def prepare_noise(components: Components, canvas: Canvas, seed: int,
+                  conditions: list[torch.Tensor] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw video noise then audio noise from one CPU generator, packed as rows.
 
-    Returns `video_rows` (num_video_rows, C·1·2·2) and `audio_rows` (2·num_audio_latents, audio C), float32.
+    `conditions` (fl2va keyframes, ref2va references: one `(1, C, frames, h, w)` latent each) are noised first,
+    one draw each from the same generator, to MiniMax-H3's conditioning level t = 0.999 (diffusers'
+    MiniMaxH3PrepareConditionLatentsStep), and lead the video rows.
+    Returns `video_rows` (num_condition_rows + num_video_rows, C·1·2·2) and `audio_rows` (2·num_audio_latents,
+    audio C), float32.
     """
     generator = torch.Generator("cpu").manual_seed(seed)
     geometry = components.geometry
+    condition_rows = []
+    for condition in conditions:
+        noise = randn_tensor(condition.shape, generator=generator, device=components.device, dtype=torch.float32)
+        noised = components.scheduler.scale_noise(condition.to(components.device), KEYFRAME_NOISE_AUG, noise)
+        condition_rows.append(patchify_video_latents(noised, geometry.patch_size))
     latents = randn_tensor(
         (1, geometry.video_latent_channels, canvas.num_latent_frames, canvas.latent_height, canvas.latent_width),
         generator=generator,
@@ -72,6 +83,8 @@ def prepare_noise(components: Components, canvas: Canvas, seed: int) -> tuple[to
         dtype=torch.float32,
     )
     video_rows = patchify_video_latents(latents, geometry.patch_size)
+    if condition_rows:
+        video_rows = torch.cat([*condition_rows, video_rows])
     audio_rows = randn_tensor(
         (canvas.num_audio_latents * MINIMAX_H3_AUDIO_CHANNELS, geometry.audio_latent_channels),
         generator=generator,
@@ -119,9 +132,12 @@ def denoise(
     control: StepControl | None = None,
     on_step: Callable[[StepEvent], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    transformer: torch.nn.Module | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list[dict]]:
     """Euler flow matching over both schedules: `steps` transformer forwards (schedulers get steps + 1 points).
 
+    The first `layout.num_condition_video_rows` video rows (fl2va/ref2va conditioning) are held at t = 0.999 and
+    never stepped; `transformer` is the task's partition (default `components.transformer`).
     Rows beyond `layout.length` (bucket padding) get tag video, timestep index 0 and position 0; the attention
     processor masks them as keys so they change nothing. Returns the denoised rows and the per-step records.
     """
@@ -141,6 +157,8 @@ def denoise(
         text_indices=layout.text_indices.to(device),
     )
     video_rows, audio_rows = video_rows.clone(), audio_rows.clone()
+    transformer = transformer if transformer is not None else components.transformer
+    conditioned = layout.num_condition_video_rows
     records, start = [], time.perf_counter()
     total = len(timesteps)
     for index, (t, audio_t) in enumerate(zip(timesteps, audio_timesteps)):
@@ -148,11 +166,11 @@ def denoise(
             raise GenerationCancelled(f"cancelled before step {index + 1} of {total}")
         step_start = time.perf_counter()
         unique_t, t_indices = MiniMaxH3SetTimestepsStep.build_row_timesteps(
-            layout.video_indices, layout.audio_indices, 0, 0, layout.num_text_tokens,
-            float(t), float(audio_t), max(float(t), 0.999), 1.0,
+            layout.video_indices, layout.audio_indices, conditioned, 0, layout.num_text_tokens,
+            float(t), float(audio_t), max(float(t), KEYFRAME_NOISE_AUG), 1.0,
         )
         control.begin_step(index, total)
-        noise_pred, audio_noise_pred = components.transformer(
+        noise_pred, audio_noise_pred = transformer(
             hidden_states=video_rows[None],
             audio_hidden_states=audio_rows[None],
             encoder_hidden_states=prompt_embeds,
@@ -162,7 +180,8 @@ def denoise(
             **layout_kwargs,
         )
         info = control.end_step(index)
-        video_rows = scheduler.step(noise_pred[0].float(), t, video_rows, return_dict=False)[0]
+        video_rows[conditioned:] = scheduler.step(noise_pred[0, conditioned:].float(), t, video_rows[conditioned:],
+                                                  return_dict=False)[0]
         audio_rows = audio_scheduler.step(audio_noise_pred[0].float(), audio_t, audio_rows, return_dict=False)[0]
         now = time.perf_counter()
         records.append({"step": index, "t": float(t), "seconds": now - step_start, **info})

@@ -20,6 +20,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_ui_e2e.py": ("browser", "slow"),
     "tests/test_review_e2e.py": ("browser", "slow"),
     "tests/test_campaigns.py": ("slow",),  # nano pairs in bulk
+    "tests/test_review_studio_e2e.py": ("browser", "slow"),
     "tests/test_kernels_gpu.py": ("gpu",),
     "tests/test_parallel.py": ("slow",),  # worker process groups
     "tests/test_remote.py": ("slow",),  # studio servers in subprocesses
@@ -39,8 +40,9 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_tiers.py::test_sparse_schedule_records_dense_and_sparse_steps": ("slow",),
     "tests/test_tiers.py::test_cache_threshold_zero_is_identical_to_no_cache": ("slow",),
     "tests/test_quality.py::test_cli_mismatch_errors_and_align": ("slow",),
-    "tests/test_tiers.py::test_baseline_after_a_merged_turbo_clip_is_bit_identical_to_one_before": ("slow",),
-    "tests/test_tiers.py::test_merged_turbo_computes_what_the_unmerged_hooks_do": ("slow",),
+    "tests/test_tasks.py::test_task_equals_diffusers_modular_pipeline": ("slow",),
+    "tests/test_tasks.py::test_every_tier_runs_both_tasks_and_leaves_the_model_as_it_was": ("slow",),
+    "tests/test_tasks.py::test_cli_generates_fl2va": ("slow",),
     "tests/test_tiers.py::test_baseline_after_a_merged_turbo_clip_is_bit_identical_to_one_before": ("slow",),
     "tests/test_tiers.py::test_merged_turbo_computes_what_the_unmerged_hooks_do": ("slow",),
 }
