@@ -1,6 +1,8 @@
 """Kernel benchmark on the H200 (issue 5): each fused op against diffusers' eager ops and torch.compile of the same
 torch code; block-sparse attention against cuDNN / flash SDPA (dense) and FlexAttention at the same density; one
-whole H3 block stock vs fused vs fused + sparse. One device call runs the whole sweep:
+whole H3 block stock vs fused vs fused + sparse (and on fp8 linears); the fp8 linears and quantizing kernels
+(issue 17 item 3). Every attention timing is also listed under `attention_runs` with its `bucket` and
+`effective_TFLOPs` (issue 17 item 4). One device call runs the whole sweep:
 
     python -m bench.kernels --out $OUT            # writes kernels.json under --out
 
@@ -255,17 +257,28 @@ def attn_flops(S):
     return 4 * S * S * H * D
 
 
+def attention_run(name: str, rows: int, bucket: int, ms: float, flops: float, **extra) -> dict:
+    """One attention timing in the flat list every figure of kernels.md can be traced to: its bucket (the padded
+    length the kernel ran at) and `effective_TFLOPs` = the FLOPs it had to do (`flops`) over its time."""
+    run = {"run": name, "rows": rows, "bucket": bucket, "ms": ms, "flops": flops,
+           "effective_TFLOPs": flops / (ms * 1e-3) / 1e12, **extra}
+    RESULTS.setdefault("attention_runs", []).append(run)
+    return run
+
+
 @guarded("attention_dense")
 def bench_dense(S):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v = (torch.randn(1, H, S, D, device="cuda").bfloat16() for _ in range(3))
-    r = {}
+    r = {"bucket": S, "flops": attn_flops(S), "effective_TFLOPs": {}}  # dense runs unpadded: bucket = rows
     for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
         with sdpa_kernel([be]):
             t = timed(lambda: F.scaled_dot_product_attention(q, k, v), target_ms=1500, warmup=1)
         r[f"{name}_ms"] = t
         r[f"{name}_TFLOPs"] = attn_flops(S) / (t * 1e-3) / 1e12
+        r["effective_TFLOPs"][name] = r[f"{name}_TFLOPs"]
+        attention_run(f"{name} dense", S, S, t, attn_flops(S))
     RESULTS.setdefault("attention_dense", {})[S] = r
     log(f"(d) dense S={S}: {r}")
 
@@ -355,6 +368,9 @@ def bench_sparse(S, keep=0.1, sweep_configs=True):
     r["effective_TFLOPs"] = flops / (r["attn_ms"] * 1e-3) / 1e12
     if "dots_no_softmax_ms" in r:
         r["dots_no_softmax_TFLOPs"] = flops / (r["dots_no_softmax_ms"] * 1e-3) / 1e12
+    attention_run("ours block-sparse (kernel only)", S, bucket, r["attn_ms"], flops, keep=keep)
+    attention_run("ours block-sparse (with selection)", S, bucket, r["total_ms"], flops, keep=keep)
+    r["flops"] = flops
     r["flop_ratio_dense_to_sparse"] = attn_flops(S) / flops  # the sink and the kept tiles bound any speed-up
     r["compile_count"] = bsa.kernel_compile_count()
     dense = RESULTS.get("attention_dense", {}).get(S, {})
@@ -392,14 +408,66 @@ def bench_flex(S, keep=0.1):
     bm = BlockMask.from_kv_blocks(zeros_num, torch.zeros_like(full_idx), full_num, full_idx, BLOCK_SIZE=64,
                                   seq_lengths=(S, S))
     flex = torch.compile(flex_attention, dynamic=False)
-    r = {"density_blocks": (full_num.sum().item()) / (H * QB * QB)}
+    # FLOPs of the blocks FlexAttention computes (64 x 64 each; its sink is whole blocks, so a little more than ours)
+    flops = 4 * D * 64 * 64 * full_num.sum().item()
+    r = {"density_blocks": (full_num.sum().item()) / (H * QB * QB), "bucket": QB * 64, "keep": keep,
+         "flops": flops, "effective_TFLOPs": {}}
     for name, opts in (("flex_64", {"BLOCK_M": 64, "BLOCK_N": 64}),):
         try:
             r[f"{name}_ms"] = timed(lambda: flex(q, k, v, block_mask=bm, kernel_options=opts))
+            r["effective_TFLOPs"][name] = attention_run(f"FlexAttention {name} (block mask given)", S, QB * 64,
+                                                        r[f"{name}_ms"], flops, keep=keep)["effective_TFLOPs"]
         except Exception as exc:
             r[f"{name}_ms"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
     RESULTS.setdefault("flex", {})[S] = r
     log(f"(d) flex S={S}: {r}")
+
+
+# ------------------------------------------------------------------------------------------------ (e) fp8
+
+
+@guarded("fp8")
+def bench_fp8(S):
+    """The block's six linears in bf16 against rowwise fp8 (`torch._scaled_mm`), and the quantizing kernels (d')
+    norm_modulate_fp8 and (e) swiglu_fp8 and (f) quantize_rows against the unfused op + eager quantization."""
+    from kernels.fp8_rows import fp8_linear, quantize_rows, quantize_rows_reference, quantize_weight
+    from kernels.norm_modulate import norm_modulate
+    from kernels.norm_modulate_fp8 import norm_modulate_fp8
+    from kernels.swiglu_fp8 import swiglu_fp8, swiglu_fp8_reference
+
+    shapes = {"q": (H * D, C), "k": (H * D, C), "v": (H * D, C), "out": (C, H * D), "ffn_in": (2 * FFN, C),
+              "ffn_out": (C, FFN)}
+    r = {"linears": {}}
+    for name, (n, k) in shapes.items():
+        x = torch.randn(1, S, k, device="cuda").bfloat16()
+        w = (torch.randn(n, k, device="cuda") * 0.02).bfloat16()
+        xq, wq = quantize_rows(x), quantize_weight(w)
+        flops = 2 * S * n * k
+        bf16 = timed(lambda: F.linear(x, w))
+        fp8 = timed(lambda: fp8_linear(xq, wq))
+        r["linears"][name] = {"bf16_ms": bf16, "fp8_ms": fp8, "bf16_TFLOPs": flops / (bf16 * 1e-3) / 1e12,
+                              "fp8_TFLOPs": flops / (fp8 * 1e-3) / 1e12,
+                              "quantize_triton_ms": timed(lambda: quantize_rows(x)),
+                              "quantize_eager_ms": timed(lambda: quantize_rows_reference(x))}
+        del x, w, xq, wq
+    r["linears_bf16_ms"] = sum(v["bf16_ms"] for v in r["linears"].values())
+    r["linears_fp8_ms"] = sum(v["fp8_ms"] for v in r["linears"].values())
+    x = torch.randn(1, S, C, device="cuda").bfloat16()
+    weight = (1 + 0.1 * torch.randn(C, device="cuda")).bfloat16()
+    shift, scale = adaln_tables()[:2]
+    _, idx = layout(S)
+    r["norm_modulate_fp8_ms"] = timed(lambda: norm_modulate_fp8(x, weight, 1e-5, scale, shift, idx))
+    r["norm_modulate_then_quantize_ms"] = timed(
+        lambda: quantize_rows(norm_modulate(x, weight, 1e-5, scale, shift, idx)))
+    h = torch.randn(1, S, 2 * FFN, device="cuda").bfloat16()
+    r["swiglu_fp8_ms"] = timed(lambda: swiglu_fp8(h))
+    r["swiglu_eager_fp8_reference_ms"] = timed(lambda: swiglu_fp8_reference(h))
+    copy = RESULTS["ceilings"]["copy_GBps"] * 1e9
+    # Floors: read the input once (bf16), write one byte per element plus one fp32 scale per row.
+    r["norm_modulate_fp8_floor_ms"] = (x.numel() * 3 + S * 4) / copy * 1e3
+    r["swiglu_fp8_floor_ms"] = (h.numel() * 2 + h.numel() // 2 + S * 4) / copy * 1e3
+    RESULTS.setdefault("fp8", {})[S] = r
+    log(f"(e) fp8 S={S}: {json.dumps({k: v for k, v in r.items() if k != 'linears'}, default=str)}")
 
 
 # ------------------------------------------------------------------------------------------------ whole block
@@ -428,6 +496,7 @@ def bench_block(S, keep=0.1):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from engine.attention import AttentionRuntime, StudioAttnProcessor
+    from engine.fp8 import install_fp8_linears, quantize_block_linears, remove_fp8_linears
     from engine.fused import enable_fused_blocks, fused_qk_norm_rope
     from kernels.block_sparse_attn import block_sparse_attention
 
@@ -465,6 +534,19 @@ def bench_block(S, keep=0.1):
         # The engine's own processor: rows arrive in packed order and are put in tile order inside the block.
         blk.attn.set_processor(StudioAttnProcessor(0, engine_runtime(S, video_start, keep)))
         r["fused_sparse_engine_processor_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
+        # fp8 linears (engine/fp8.py) on the fused ops: dense (the fp8 tier) and sparse (sol-fp8), engine processor.
+        holder = torch.nn.Module()
+        holder.transformer_blocks = torch.nn.ModuleList([blk])
+        fp8_weights = quantize_block_linears(holder)
+        enable_fused_blocks(holder, fp8=True)
+        install_fp8_linears(holder, fp8_weights)
+        blk.attn.set_processor(StudioAttnProcessor(0, AttentionRuntime(plan=None, valid_length=S, padded_length=S,
+                                                                       video_start=video_start, fused=True)))
+        r["fp8_fused_dense_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
+        blk.attn.set_processor(StudioAttnProcessor(0, engine_runtime(S, video_start, keep)))
+        r["fp8_fused_sparse_engine_processor_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
+        remove_fp8_linears(holder, fp8_weights)
+        enable_fused_blocks(holder, fp8=False)
         blk.attn.fuse_projections()  # diffusers' fused to_qkv (exact), on top
         r["fused_sparse_qkv_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
     r["stock_TFLOPs"] = r["flops_dense"] / (r["stock_eager_ms"] * 1e-3) / 1e12
@@ -476,7 +558,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--sizes", default="37760,104016")
-    ap.add_argument("--skip", default="", help="comma list: ops,dense,sparse,flex,block")
+    ap.add_argument("--skip", default="", help="comma list: ops,dense,sparse,flex,fp8,block")
     ap.add_argument("--ops", default="a,b,c", help="which of the elementwise ops (a,b,c) to run")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -507,16 +589,21 @@ def main(argv=None):
         if i == 0 and "flex" not in skip:
             bench_flex(S)
             save(args.out)
+        if i == 0 and "fp8" not in skip:
+            bench_fp8(S)
+            save(args.out)
         if i == 0 and "block" not in skip:
             bench_block(S)
             save(args.out)
         torch.cuda.empty_cache()
-    from kernels import block_sparse_attn, norm_modulate, qk_norm_rope, residual_gate, tile_select
+    from kernels import block_sparse_attn, fp8_rows, norm_modulate, norm_modulate_fp8, qk_norm_rope, residual_gate
+    from kernels import swiglu_fp8, tile_select
 
     RESULTS["chosen_configs"] = {"norm_modulate": norm_modulate.CONFIG, "qk_norm_rope": qk_norm_rope.CONFIG,
                                  "residual_gate": residual_gate.CONFIG, "block_sparse_attn": block_sparse_attn.CONFIG,
                                  "topk": tile_select.TOPK_CONFIG, "pool": tile_select.POOL_CONFIG,
-                                 "scores": tile_select.SCORES_CONFIG}
+                                 "scores": tile_select.SCORES_CONFIG, "quantize_rows": fp8_rows.CONFIG,
+                                 "norm_modulate_fp8": norm_modulate_fp8.CONFIG, "swiglu_fp8": swiglu_fp8.CONFIG}
     save(args.out)
     log("done")
 

@@ -75,6 +75,7 @@ class TierSpec:
     cache: CacheSpec | None = None
     sparse: SparseSpec | None = None
     fused: bool = False
+    fp8: bool = False  # float8 e4m3 block linears, activations quantized in the fused kernels (engine/fp8.py)
     bucket: int = 0  # pad the packed length to a multiple of this (0 = exact length, the diffusers path)
     min_duration: float = 0.0
     max_duration: float = math.inf
@@ -86,6 +87,8 @@ class TierSpec:
             names.append(f"LoRA ×{self.lora.scale:g}" + (" merged" if self.lora.merge else ""))
         if self.fused:
             names.append("fused kernels")
+        if self.fp8:
+            names.append("fp8 linears")
         if self.sparse:
             names.append(f"sparse keep {self.sparse.keep_ratio:g}")
         if self.cache:
@@ -114,6 +117,12 @@ DEFAULT_TIERS: tuple[TierSpec, ...] = (
              lora=LoraSpec("nano-turbo-9.safetensors"),
              sparse=SparseSpec(keep_ratio=0.1, dense_first_steps=1, dense_first_blocks=0), bucket=64,
              min_duration=14.0),
+    TierSpec("fp8", "50 steps, dense attention, float8 e4m3 linears (rowwise scales) on fused kernels", steps=50,
+             status="experimental", fused=True, fp8=True),
+    TierSpec("sol-fp8", "sol with float8 e4m3 linears: fused kernels, block-sparse attention (10 dense steps), "
+             "first-block cache", steps=50, status="experimental", fused=True, fp8=True,
+             sparse=SparseSpec(keep_ratio=0.1, dense_first_steps=10, dense_first_blocks=1),
+             cache=CacheSpec(threshold=0.08, warmup_steps=4, max_consecutive=1), bucket=64),
 )
 
 
@@ -141,6 +150,12 @@ def check_tier(tier: TierSpec) -> None:
             raise RequestError("tier.sparse.sink", f"{where}: text/audio rows must stay attended (sink=true)")
         if sparse.dense_first_steps < 0 or sparse.dense_first_blocks < 0:
             raise RequestError("tier.sparse", f"{where}: dense_first_steps and dense_first_blocks must be ≥ 0")
+    if tier.fp8 and not tier.fused:
+        raise RequestError("tier.fp8", f"{where}: fp8 needs fused=true (the activations are quantized inside the "
+                           "fused norm-modulate and SwiGLU kernels)")
+    if tier.fp8 and tier.lora:
+        raise RequestError("tier.fp8", f"{where}: fp8 weights are quantized once at load from the base weights, so "
+                           "a LoRA would be ignored; fp8 tiers take no LoRA")
     if tier.lora and tier.lora.scale < 0:
         raise RequestError("tier.lora.scale", f"{where}: scale must be ≥ 0")
     if tier.bucket < 0 or (tier.bucket and tier.bucket % 64 and tier.sparse):

@@ -45,6 +45,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_tasks.py::test_cli_generates_fl2va": ("slow",),
     "tests/test_tiers.py::test_baseline_after_a_merged_turbo_clip_is_bit_identical_to_one_before": ("slow",),
     "tests/test_tiers.py::test_merged_turbo_computes_what_the_unmerged_hooks_do": ("slow",),
+    "tests/test_fp8.py::test_fp8_block_is_close_to_the_stock_block_and_leaves_it_stock": ("slow",),
+    "tests/test_fp8.py::test_fp8_tiers_run_on_the_nano_and_leave_the_model_as_it_was": ("slow",),
 }
 
 

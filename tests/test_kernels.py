@@ -37,6 +37,9 @@ INTERP_CHECKS = [
     "attention_sparse_vs_reference",
     "attention_padding_exact",
     "fused_model_interpreter",
+    "quantize_rows",
+    "norm_modulate_fp8",
+    "swiglu_fp8",
 ]
 
 

@@ -269,3 +269,100 @@ def test_fused_block_real_width():
     e_stock, e_fused = rel(stock, ref), rel(fused, ref)
     assert not torch.isnan(fused).any()
     assert e_fused < 2e-2 and e_fused <= 1.5 * e_stock + 1e-3, (e_fused, e_stock)
+
+
+# --- fp8 (issue 17 item 3): the fused quantizing kernels against their torch references, _scaled_mm against the
+# dequantized matmul, and a full-width fp8 block against the fp32 block.
+
+
+def same_codes(got, ref, max_off=1e-3):
+    """Scales equal to fp32 rounding; codes equal except a few one-step differences (Triton's division against
+    torch's can land on the other side of an e4m3 midpoint). The hardware cast rounds like torch's."""
+    assert torch.allclose(got.scale, ref.scale, rtol=1e-6, atol=0)
+    a, b = got.data.float(), ref.data.float()
+    off = a != b
+    assert not torch.isnan(a).any()
+    assert ((a - b).abs() <= b.abs() / 8 + 2 ** -9).all() and off.float().mean().item() < max_off
+
+
+def test_quantize_rows_real_shape():
+    from kernels.fp8_rows import _quantize_rows_triton, quantize_rows_reference
+
+    x = torch.randn(1, S5, H * D, device="cuda").bfloat16() * 3
+    same_codes(_quantize_rows_triton(x), quantize_rows_reference(x))
+
+
+def test_norm_modulate_fp8_real_shape():
+    from kernels.norm_modulate_fp8 import _norm_modulate_fp8_triton, norm_modulate_fp8_reference
+
+    x = torch.randn(1, S5, C, device="cuda").bfloat16()
+    w = (1 + 0.3 * torch.randn(C, device="cuda")).bfloat16()
+    shift, scale = adaln_tables()[:2]
+    idx = row_table_index(S5)
+    same_codes(_norm_modulate_fp8_triton(x, w, 1e-5, scale, shift, idx),
+               norm_modulate_fp8_reference(x, w, 1e-5, scale, shift, idx))
+
+
+def test_swiglu_fp8_real_shape():
+    from kernels.swiglu_fp8 import _swiglu_fp8_triton, swiglu_fp8_reference
+
+    h = torch.randn(1, S5, 2 * 14336, device="cuda").bfloat16() * 2
+    same_codes(_swiglu_fp8_triton(h), swiglu_fp8_reference(h))
+
+
+@pytest.mark.parametrize("n,k", [(H * D, C), (C, H * D), (2 * 14336, C), (C, 14336)])  # q/k/v, out, FFN in, out
+def test_fp8_linear_scaled_mm_real_shape(n, k):
+    from kernels.fp8_rows import fp8_linear, fp8_linear_reference, quantize_rows, quantize_weight
+
+    x = torch.randn(1, 4096, k, device="cuda").bfloat16()
+    w = (torch.randn(n, k, device="cuda") * 0.02).bfloat16()
+    xq, wq = quantize_rows(x), quantize_weight(w)
+    got = fp8_linear(xq, wq)
+    assert got.dtype == torch.bfloat16 and got.shape == (1, 4096, n)
+    assert rel(got, fp8_linear_reference(xq, wq)) < 1e-2  # same quantized operands: bf16 output rounding only
+    assert rel(got, x.double() @ w.double().t()) < 6e-2  # e4m3 against the exact product
+
+
+def test_fp8_block_real_width():
+    """The full-width block on fp8 linears (fused kernels, engine hooks) against the fp32 block."""
+    from diffusers.models.transformers.transformer_minimax_h3 import (MiniMaxH3RotaryPosEmbed,
+                                                                      MiniMaxH3TransformerBlock)
+
+    from engine.attention import AttentionRuntime, StudioAttnProcessor
+    from engine.fp8 import FP8_HOOK, install_fp8_linears, remove_fp8_linears
+    from engine.fused import disable_fused_blocks, enable_fused_blocks
+    from engine.hooks import has_hook
+    from kernels.fp8_rows import quantize_weight
+
+    S = 4096
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        ref_blk = MiniMaxH3TransformerBlock(C, H, D, 14336, 2688, 1e-5, 1e-5)
+        for p in ref_blk.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+        for n in (ref_blk.norm1, ref_blk.norm2, ref_blk.attn.norm_q, ref_blk.attn.norm_k):
+            torch.nn.init.normal_(n.weight, mean=1.0, std=0.1)
+        blk = MiniMaxH3TransformerBlock(C, H, D, 14336, 2688, 1e-5, 1e-5).bfloat16()
+        blk.load_state_dict(ref_blk.state_dict())
+        x = torch.randn(1, S, C)
+        temb = torch.randn(2, 2688)
+        idx = row_table_index(S, video_start=464)
+        pos = torch.stack([torch.arange(S) % 37, torch.arange(S) % 24, torch.arange(S) % 42], -1).float()
+        rope = MiniMaxH3RotaryPosEmbed(16)(pos)
+    holder = torch.nn.Module()
+    holder.transformer_blocks = torch.nn.ModuleList([blk])
+    names = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
+    weights = {f"transformer_blocks.0.{n}": quantize_weight(blk.get_submodule(n).weight) for n in names}
+    with torch.no_grad():
+        ref = ref_blk(x, temb, idx, rope)
+        stock = blk(x.bfloat16(), temb, idx, rope)
+        enable_fused_blocks(holder, fp8=True)
+        install_fp8_linears(holder, weights)
+        blk.attn.set_processor(StudioAttnProcessor(0, AttentionRuntime(plan=None, valid_length=S, padded_length=S,
+                                                                       video_start=464, fused=True)))
+        fp8 = blk(x.bfloat16(), temb, idx, rope)
+        remove_fp8_linears(holder, weights)
+        disable_fused_blocks(holder)
+    e_stock, e_fp8 = rel(stock, ref), rel(fp8, ref)
+    assert not torch.isnan(fp8).any() and not any(has_hook(m, FP8_HOOK) for m in blk.modules())
+    assert e_fp8 < 5e-2 and e_fp8 > e_stock, (e_fp8, e_stock)

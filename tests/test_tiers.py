@@ -51,10 +51,11 @@ def _rows(engine, tier, **extra):
     return engine.latents({"prompt": PROMPT, "seed": 11, "tier": tier, **extra})
 
 
-def test_builtin_table_has_the_five_tiers_with_their_recipes():
+def test_builtin_table_has_the_seven_tiers_with_their_recipes():
     table = TierTable.load()
-    assert list(table.tiers) == ["baseline", "turbo", "turbo-5", "sol", "turbo-sparse"]
-    baseline, turbo, turbo5, sol, turbo_sparse = table.tiers.values()
+    assert list(table.tiers) == ["baseline", "turbo", "turbo-5", "sol", "turbo-sparse", "fp8", "sol-fp8"]
+    baseline, turbo, turbo5, sol, turbo_sparse, fp8, sol_fp8 = table.tiers.values()
+    assert fp8.fp8 and fp8.fused and not sol.fp8 and sol_fp8.fp8 and fp8.status == sol_fp8.status == "experimental"
     assert (baseline.steps, baseline.lora, baseline.cache, baseline.sparse, baseline.fused) == (50, None, None, None,
                                                                                                False)
     assert turbo.steps == 9 and turbo.lora and turbo.cache is None
