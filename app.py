@@ -79,6 +79,7 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     # starts: two threads importing one package graph at once can see half-initialised modules.
     import engine.engine  # noqa: F401
     from studio.api import create_app
+    from studio.api_uploads import install_upload_routes
     from studio.remote import RemotePool
     from studio.service import StudioService
 
@@ -90,6 +91,7 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     loader = engine_loader(args.model, args.tiers_file, getattr(args, "ulysses", 1))
     service.start_loading(loader)  # now, not at server startup: the weights load while Gradio builds the UI
     app = create_app(service, accounts=accounts, loader=loader, default_tier=getattr(args, "default_tier", None))
+    install_upload_routes(app, service, accounts, getattr(args, "default_tier", None))  # fl2va/ref2va uploads
     if not args.no_ui:
         import gradio as gr
 

@@ -27,7 +27,7 @@ from engine.cache import FirstBlockCache
 from engine.clip import Clip
 from engine.components import Components, load_components
 from engine.errors import RequestError
-from engine.interface import RequestPlan, plan_request, tier_plan
+from engine.interface import RequestPlan, plan_request, task_tier_config, tier_plan
 from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
 from engine.media import encode_mp4
 from engine.request import GenerationRequest, ModelLimits
@@ -221,7 +221,8 @@ class Engine:
             ["lora"] if lora_report and lora_report.get("untrained") else [])
         return Clip(
             frames=frames, audio=audio, sample_rate=components.geometry.audio_sample_rate, fps=FPS, mp4=mp4,
-            prompt=request.prompt, seed=request.seed, tier=result.plan.tier.name, tier_config=result.plan.to_dict(),
+            prompt=request.prompt, seed=request.seed, tier=result.plan.tier.name,
+            tier_config=task_tier_config(result.plan.to_dict(), request),
             model_id=components.model_id, model_name=components.name, tokens=layout.length,
             padded_tokens=layout.padded_length, width=canvas.width, height=canvas.height,
             duration_seconds=canvas.duration_seconds, requested_duration=request.duration_seconds,

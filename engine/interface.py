@@ -68,11 +68,18 @@ def tier_plan(tiers: TierTable, request: GenerationRequest, num_blocks: int) -> 
     return TierPlan(tier, request.steps or tier.steps, num_blocks)
 
 
+def task_tier_config(tier_config: dict[str, Any], request: GenerationRequest) -> dict[str, Any]:
+    """The tier config a clip of this request carries: fl2va/ref2va add their task, so their configurations (and
+    configuration keys) differ from t2va's; t2va's stays as it always was."""
+    return tier_config if request.task == "t2va" else {**tier_config, "task": request.task}
+
+
 def plan_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,
                  model_id: str, model_name: str) -> RequestPlan:
     """The plan of a validated request on a model of this geometry and depth (in-process and parallel engines)."""
     from engine.layout import resolve_canvas  # imports diffusers: only when a local engine plans
 
     canvas = resolve_canvas(geometry, request.duration_seconds, request.aspect_ratio, request.short_edge)
-    return RequestPlan(request, tier_plan(tiers, request, num_blocks).to_dict(), canvas.width, canvas.height,
+    return RequestPlan(request, task_tier_config(tier_plan(tiers, request, num_blocks).to_dict(), request),
+                       canvas.width, canvas.height,
                        canvas.duration_seconds, model_id, model_name)

@@ -175,10 +175,18 @@ def _pair_manifest(entry: _PairEntry) -> dict[str, Any]:
         "tier_config": pair.tier_config,
         "target": pair.target,
         "configuration_key": pair.configuration_key,
+        **_pair_inputs(entry),
         "metrics": _manifest_metrics(pair.metrics),
         "verdicts": [v.as_dict() for v in entry.verdicts],
         **{clip.role: _clip_manifest(clip) for clip in entry.clips},
     }
+
+
+def _pair_inputs(entry: _PairEntry) -> dict[str, Any]:
+    """The pair's task and its conditioning inputs by field (sha256, size, format; the files are in the studio's
+    data dir under inputs/), as its candidate's request recorded them; t2va pairs: task only."""
+    request = next(clip.video for clip in entry.clips if clip.role == "candidate").get("request") or {}
+    return {"task": request.get("task", "t2va"), "inputs": request.get("inputs", {})}
 
 
 def _manifest_metrics(stored: dict[str, Any] | None) -> dict[str, Any] | None:

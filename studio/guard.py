@@ -28,8 +28,12 @@ from studio.auth import Accounts
 ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
 # The largest legitimate body (a 4,000-character prompt, 10,000-character notes, Gradio's event payloads) is far
-# below this; the studio's UI takes no uploads.
+# below this.
 MAX_BODY_BYTES = 4 * 1024 * 1024
+# Multipart uploads of keyframes and reference images (fl2va/ref2va: REST and the UI's Generate tab) may be larger:
+# each image is at most 20 MiB (engine/conditioning.py), a request's uploads together at most this.
+MAX_UPLOAD_BODY_BYTES = 64 * 1024 * 1024
+UPLOAD_PATHS = ("/v1/videos", "/v1/pairs", "/gradio_api/upload")
 PROTECTED_PREFIXES = ("/v1/", "/openapi.json", "/docs", "/redoc")
 LOGIN_PATHS = ("/login", "/login/")  # Gradio's sign-in form when mounted at "/"
 REALM_HEADER = (b"www-authenticate", b'Basic realm="H3 Review Studio"')
@@ -96,8 +100,9 @@ class RequestGuard:
             return
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > self.max_body_bytes:
-            await _reply(send, 413, self._too_large(), "content-length")
+        limit = self._limit(scope, headers)
+        if not length.isdigit() or int(length) > limit:
+            await _reply(send, 413, self._too_large(limit), "content-length")
             return
         path = scope.get("path", "")
         signing_in = self.accounts is not None and (path.startswith(PROTECTED_PREFIXES) or
@@ -114,17 +119,23 @@ class RequestGuard:
             await _reply(send, 401, "sign in with HTTP Basic credentials from the --auth file", "authorization",
                          [REALM_HEADER])
             return
-        await self._forward(scope, receive, send, client if path in LOGIN_PATHS and signing_in else None)
+        await self._forward(scope, receive, send, client if path in LOGIN_PATHS and signing_in else None, limit)
 
     def _signed_in(self, headers: dict[bytes, bytes]) -> bool:
         credentials = basic_credentials(headers)
         return credentials is not None and self.accounts is not None and self.accounts.check(*credentials)
 
-    def _too_large(self) -> str:
-        return f"the request body must be at most {self.max_body_bytes} bytes (with a Content-Length header)"
+    def _limit(self, scope: dict, headers: dict[bytes, bytes]) -> int:
+        """The body limit of this request: a multipart POST to an upload path may carry images."""
+        multipart = headers.get(b"content-type", b"").lower().startswith(b"multipart/form-data")
+        upload = scope.get("method") == "POST" and scope.get("path", "").rstrip("/") in UPLOAD_PATHS
+        return max(self.max_body_bytes, MAX_UPLOAD_BODY_BYTES) if multipart and upload else self.max_body_bytes
+
+    def _too_large(self, limit: int) -> str:
+        return f"the request body must be at most {limit} bytes (with a Content-Length header)"
 
     async def _forward(self, scope: dict, receive: Callable[[], Awaitable[dict]],
-                       send: Callable[[dict], Awaitable[None]], login_client: str | None) -> None:
+                       send: Callable[[dict], Awaitable[None]], login_client: str | None, limit: int) -> None:
         """Pass the request on with its body counted; a Gradio login's refusal counts as a failed sign-in.
 
         A body that passes the limit is cut off (the app sees the client disconnect) and whatever the app
@@ -139,7 +150,7 @@ class RequestGuard:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
+                if received > limit:
                     cut_off = True
                     return {"type": "http.disconnect"}
             return message
@@ -156,7 +167,7 @@ class RequestGuard:
 
         await self.app(scope, counted_receive, watched_send)
         if cut_off and not started:
-            await _reply(send, 413, self._too_large(), "body")
+            await _reply(send, 413, self._too_large(limit), "body")
 
 
 async def _reply(send: Callable[[dict], Awaitable[None]], status: int, message: str, field: str,

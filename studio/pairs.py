@@ -11,6 +11,7 @@ thread, never on an engine's; a comparison that raises is stored as {"error": ..
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from typing import Any, ContextManager
 from db import ClipRecord, PairRecord, Store, VideoRecord, tier_config_hash
 from db.errors import Conflict, NotFound
 from db.records import TERMINAL_STATUSES
+from engine.conditioning import INPUT_FIELDS
 from engine.errors import RequestError
 from engine.interface import RequestPlan
 from studio.jobs import JobOutcome
@@ -34,7 +36,7 @@ __all__ = ["BASELINE_TIER", "PAIR_FIELDS", "QUALITY_UNAVAILABLE", "PairFlow", "p
 
 BASELINE_TIER = "baseline"
 QUALITY_UNAVAILABLE = "quality metrics not yet available"
-PAIR_FIELDS = ("prompt", "seed", "tier", "target", "force", "steps", "baseline_steps")
+PAIR_FIELDS = ("prompt", "seed", "tier", "target", "force", "steps", "baseline_steps", *INPUT_FIELDS)
 TARGET_FIELDS = ("duration_seconds", "aspect_ratio", "short_edge")
 # Engine field → the field's name in a pair payload, so an error points at what the caller actually sent.
 _TARGET_RENAMES = {name: f"target.{name}" for name in TARGET_FIELDS}
@@ -88,8 +90,11 @@ class PairFlow:
         ``video_request(plan, **extra)`` is the request JSON stored with a video."""
         with self._lock:
             identity = _baseline_identity(baseline)
-            shared_id = self._inflight_baselines.get(identity)
-            reusable = None if shared_id else self.store.find_clip(*identity)
+            # The same prompt and seed with other keyframes/references is another clip: inputs are part of the
+            # in-flight identity, and a stored clip (found by prompt, seed, canvas, config) is reused for t2va only.
+            inflight = (*identity, _inputs_key(baseline.request))
+            shared_id = self._inflight_baselines.get(inflight)
+            reusable = None if shared_id or baseline.request.task != "t2va" else self.store.find_clip(*identity)
             request = candidate.request
             target = {"duration_seconds": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
                       "short_edge": request.short_edge}
@@ -107,7 +112,7 @@ class PairFlow:
                         if self.store.get_video(video_id).status not in TERMINAL_STATUSES:
                             self._waiting.setdefault(video_id, set()).add(pair.id)
                     if new_baseline:
-                        self._inflight_baselines[identity] = baseline_id
+                        self._inflight_baselines[inflight] = baseline_id
                         enqueue(baseline, baseline_id)
                     enqueue(candidate, candidate_record.id)
                 except Exception as error:
@@ -264,6 +269,11 @@ class PairFlow:
 # --------------------------------------------------------------------------------------------- helpers
 
 
+def _inputs_key(request: Any) -> str:
+    """The request's conditioning inputs (field → sha256, size, format) as canonical JSON; "{}" for t2va."""
+    return json.dumps(request.inputs(), sort_keys=True)
+
+
 def _baseline_identity(baseline: RequestPlan) -> tuple:
     """find_clip's arguments: what makes two baseline clips the same clip (a remote plan has no canvas: the
     requested aspect ratio and short edge stand for it)."""
@@ -288,7 +298,7 @@ def _split_pair_payload(payload: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         raise RequestError(f"target.{unknown[0]}", f"unknown field; allowed: {', '.join(TARGET_FIELDS)}")
     if "tier" not in payload:
         raise RequestError("tier", "is required: the tier to compare against the baseline")
-    common = {key: payload[key] for key in ("prompt", "seed") if key in payload}
+    common = {key: payload[key] for key in ("prompt", "seed", *INPUT_FIELDS) if key in payload}
     common.update({key: value for key, value in target.items() if value is not None})
     baseline = {**common, "tier": BASELINE_TIER}
     if payload.get("baseline_steps") is not None:

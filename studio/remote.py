@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from engine.errors import GenerationCancelled
+from engine.errors import GenerationCancelled, RequestError
 from engine.media import probe_mp4
 from engine.interface import RequestPlan
 from engine.request import MAX_STEPS, MIN_STEPS, GenerationRequest, ModelLimits, validate_request
@@ -529,6 +529,10 @@ class RemoteTier:
         recorded). RemoteUnavailable when no server of the tier is healthy."""
         limits, default_steps = self.pool.model_defaults(self.tier)
         request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, limits)
+        if request.task != "t2va":  # the inputs would not reach the server: refuse rather than drop them
+            field = next(name for name in ("first_frame", "last_frame", "references") if getattr(request, name))
+            raise RequestError(field, f"tier {self.tier} runs on remote servers, which this studio sends "
+                                      f"text-to-video only; run {request.task} on a local tier")
         if request.steps is None and self.pool.servers(self.tier)[0].spec.steps is None and default_steps:
             request = dataclasses.replace(request, steps=default_steps)  # sent and recorded, not left implicit
         model_name, model_id = self.pool.model_identity(self.tier)

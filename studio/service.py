@@ -31,6 +31,7 @@ from typing import Any
 
 from db import ApprovalRule, ClipRecord, PairRecord, Store, VerdictRecord, VideoRecord
 from db.errors import Conflict, NotFound, StoreError
+from db.inputs import InputFiles
 from db.records import DECISIONS, REASONS, TERMINAL_STATUSES
 from engine.interface import ModelEngine, RequestPlan
 from engine.labels import model_label
@@ -321,11 +322,23 @@ class StudioService:
                      submitted_by: str | None = None) -> VideoRecord:
         """Validate and queue one clip; returns the queued record at once (QueueFull if the backlog is full)."""
         planned = self.plan(payload)
+        self.keep_inputs(planned.request)
         with self._reserve([planned]) as enqueue:
             record = self.store.create_video(_video_request(planned, source=source, submitted_by=submitted_by),
                                              planned.request.tier, planned.model_name)
             enqueue(planned, record.id)
         return record
+
+    def keep_inputs(self, request: GenerationRequest) -> None:
+        """Store a request's keyframes/references content-addressed (db/inputs.py) before any record names them."""
+        files = InputFiles(self.store.data_dir)
+        for image in (request.first_frame, request.last_frame, *request.references):
+            if image is not None:
+                files.put(image.data, image.sha256, image.format)
+
+    def input_path(self, sha: str) -> Path:
+        """The stored file of an input named by a request's ``inputs`` (NotFound naming sha256)."""
+        return InputFiles(self.store.data_dir).path(sha)
 
     def get_video(self, video_id: str) -> VideoView:
         """A job with live progress (NotFound naming video_id)."""
@@ -390,6 +403,7 @@ class StudioService:
         duration and baseline config is stored (or is being generated right now for another pair).
         """
         baseline, candidate = plan_pair(payload, self.plan)
+        self.keep_inputs(candidate.request)  # the baseline's are the same images
         return self.pairs.create(baseline, candidate, self._reserve, _video_request, submitted_by)
 
     def get_pair(self, pair_id: str) -> PairView:
