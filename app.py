@@ -97,7 +97,7 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
 
         from studio.ui import build_ui
 
-        app = gr.mount_gradio_app(app, build_ui(service), path="/",
+        app = gr.mount_gradio_app(app, build_ui(service, accounts), path="/",
                                   auth=accounts.gradio_auth() if accounts else None)
     return app
 

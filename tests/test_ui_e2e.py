@@ -69,7 +69,7 @@ def serve(argv: list[str]) -> None:
     loader = studio_app.engine_loader(None, None)
     service.start_loading(loader)
     fastapi_app = gr.mount_gradio_app(create_app(service, accounts=accounts, loader=loader),
-                                      build_ui(service), path="/",
+                                      build_ui(service, accounts), path="/",
                                       auth=accounts.gradio_auth() if accounts else None)
     uvicorn.run(fastapi_app, host="127.0.0.1", port=args.port, log_level="warning")
 

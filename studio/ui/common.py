@@ -8,6 +8,8 @@ from typing import Any
 import gradio as gr
 
 from engine.labels import RANDOM_WEIGHTS
+from studio.auth import Accounts
+from studio.roles import OPEN, Actor
 from studio.service import StudioService
 
 
@@ -44,6 +46,16 @@ def completed_pair_dropdown(service: StudioService, current: str | None, *, sele
 def username(request: gr.Request | None) -> str | None:
     """The signed-in user (the studio runs with --auth), else None."""
     return getattr(request, "username", None) if request is not None else None
+
+
+def actor_of(accounts: Accounts | None, request: gr.Request | None) -> Actor:
+    """Who acts through the UI, with their role from the auth file (studio/roles.py): the same checks as REST, so
+    a reviewer cannot delete, cancel someone else's pair or change the approval rule from a Gradio handler either.
+    Without --auth everyone may do everything (OPEN)."""
+    if accounts is None:
+        return OPEN
+    user = username(request)
+    return Actor(user, accounts.role(user) == "admin")
 
 
 def random_badge(labels: dict[str, Any]) -> str:

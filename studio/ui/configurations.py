@@ -9,19 +9,32 @@ from typing import Any
 
 import gradio as gr
 
+from db.errors import StoreError
+from studio.auth import Accounts
+from studio.roles import Forbidden
 from studio.service import StudioService
+from studio.ui.common import actor_of, error_html
 from studio.ui.review import HISTORY_HEADERS
 
 CONFIG_HEADERS = ["configuration", "tier", "steps", "duration s", "status", "accepts", "rejects",
                   "distinct accepted prompts", "pairs", "last used (UTC)"]
 
 
-def build_configurations_tab(service: StudioService) -> dict[str, Any]:
+def build_configurations_tab(service: StudioService, accounts: Accounts | None = None) -> dict[str, Any]:
     rule = service.approval_rule
-    gr.Markdown(f"A configuration is **approved** when it is accepted on at least {rule.min_distinct_prompts} "
-                f"distinct prompts by at least {rule.min_reviewers} distinct reviewers with at most "
-                f"{rule.max_rejects} standing rejects (each reviewer's latest verdict per pair counts once). Click a "
-                "row for its history: every version of every verdict, corrections and withdrawals included.")
+    rule_text = gr.Markdown(_rule_text(service), elem_id="h3-rule-text")
+    with gr.Accordion("Change the approval rule (admins)", open=False, elem_id="h3-rule-editor"):
+        with gr.Row():
+            min_prompts = gr.Number(rule.min_distinct_prompts, precision=0, label="distinct accepted prompts ≥",
+                                    elem_id="h3-rule-prompts")
+            min_reviewers = gr.Number(rule.min_reviewers, precision=0, label="distinct accepting reviewers ≥",
+                                      elem_id="h3-rule-reviewers")
+            max_rejects = gr.Number(rule.max_rejects, precision=0, label="standing rejects ≤",
+                                    elem_id="h3-rule-rejects")
+        save_rule = gr.Button("Save rule", elem_id="h3-rule-save")
+        rule_result = gr.HTML("", js_on_load=None, elem_id="h3-rule-result")
+        rule_history = gr.Dataframe(headers=RULE_HEADERS, value=_rule_rows(service), interactive=False,
+                                    label="Every rule an admin set (newest applies)", elem_id="h3-rule-history")
     refresh = gr.Button("Refresh", elem_id="h3-config-refresh", size="sm")
     table = gr.Dataframe(headers=CONFIG_HEADERS, interactive=False, elem_id="h3-config-table")
     keys = gr.State([])
@@ -38,14 +51,49 @@ def build_configurations_tab(service: StudioService) -> dict[str, Any]:
         if not keys_v or index is None or index >= len(keys_v):
             return "", []
         config = service.configuration(keys_v[index])
-        rows = [[h["created_at"][:19].replace("T", " "), h["reviewer"], h["decision"], ", ".join(h["reasons"]),
+        rows = [[h["created_at"][:19].replace("T", " "), h["reviewer"], _decision_text(h), ", ".join(h["reasons"]),
                  h["notes"], h["change_note"] or "", (h["supersedes"] or "")[-6:], h["prompt"], h["pair_id"]]
                 for h in config["history"]]
         return _config_detail(config), rows
 
     refresh.click(refresh_table, None, [table, keys])
     table.select(show, keys, [detail, history])
-    return {"refresh": refresh_table, "outputs": [table, keys], "load": refresh_table}
+
+    def change_rule(prompts_v, reviewers_v, rejects_v, request: gr.Request):
+        """Admin only, as over REST (PUT /v1/approval-rule); every change is kept with who made it."""
+        fields = {"min_distinct_prompts": prompts_v, "min_reviewers": reviewers_v, "max_rejects": rejects_v}
+        fields = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in fields.items()}
+        try:
+            new = service.set_approval_rule(fields, actor_of(accounts, request))
+        except (StoreError, Forbidden) as error:
+            return error_html(error.field, error.message), gr.update(), gr.update(), *refresh_table()
+        message = (f"<div class='h3-panel'>Saved: ≥ {new.min_distinct_prompts} prompts, ≥ {new.min_reviewers} "
+                   f"reviewers, ≤ {new.max_rejects} rejects.</div>")
+        return message, _rule_text(service), _rule_rows(service), *refresh_table()
+
+    save_rule.click(change_rule, [min_prompts, min_reviewers, max_rejects],
+                    [rule_result, rule_text, rule_history, table, keys])
+
+    def refresh_all():
+        return [*refresh_table(), _rule_text(service), _rule_rows(service)]
+
+    return {"refresh": refresh_all, "outputs": [table, keys, rule_text, rule_history], "load": refresh_all}
+
+
+RULE_HEADERS = ["set at (UTC)", "by", "distinct prompts ≥", "reviewers ≥", "rejects ≤"]
+
+
+def _rule_text(service: StudioService) -> str:
+    rule = service.approval_rule
+    return (f"A configuration is **approved** when it is accepted on at least {rule.min_distinct_prompts} distinct "
+            f"prompts by at least {rule.min_reviewers} distinct reviewers with at most {rule.max_rejects} standing "
+            "rejects (each reviewer's latest verdict per pair counts once). Click a row for its history: every "
+            "version of every verdict, corrections and withdrawals included, blind reviews and campaigns.")
+
+
+def _rule_rows(service: StudioService) -> list[list[Any]]:
+    return [[h["created_at"][:19].replace("T", " "), h["changed_by"], h["min_distinct_prompts"], h["min_reviewers"],
+             h["max_rejects"]] for h in reversed(service.store.approval_rule_history())]
 
 
 def _config_row(config: dict[str, Any]) -> list[Any]:
@@ -55,12 +103,43 @@ def _config_row(config: dict[str, Any]) -> list[Any]:
             config["distinct_accepted_prompts"], config["pair_count"], config["updated_at"][:19].replace("T", " ")]
 
 
+def _decision_text(verdict: dict[str, Any]) -> str:
+    """The decision, and for a blind review what was shown as A and the answer."""
+    if not verdict.get("blind_a"):
+        return verdict["decision"]
+    return f"{verdict['decision']} (blind: A was the {verdict['blind_a']}, answer {verdict['blind_answer']})"
+
+
+def _blind_html(blind: dict[str, Any]) -> str:
+    """How often blind reviewers told the accelerated clip apart, with the counts."""
+    if not blind["blind_verdicts"]:
+        return "<br><b>Blind reviews</b>: none yet."
+    rate = blind["told_apart_rate"]
+    return (f"<br><b>Blind reviews</b>: the accelerated clip was told apart (judged worse) in "
+            f"<b id='h3-told-apart'>{blind['candidate_worse']} of {blind['blind_verdicts']}</b> ({rate:.0%}); "
+            f"no visible difference {blind['no_difference']}, baseline judged worse {blind['baseline_worse']}.")
+
+
+def _campaigns_html(campaigns: list[dict[str, Any]]) -> str:
+    """Each campaign over this configuration: pairs made of its total, reviewed, reviewed by enough reviewers."""
+    if not campaigns:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(c['name'])}</td><td>{html.escape(c['status'])}</td><td>{c['total']}</td>"
+        f"<td>{c['pairs'].get('completed', 0)}</td><td>{c['pairs'].get('failed', 0) + c['items'].get('failed', 0)}"
+        f"</td><td>{c['reviewed']}</td><td>{c['fully_reviewed']}</td></tr>" for c in campaigns)
+    return ("<br><b>Campaign coverage</b><table class='h3-table' id='h3-campaign-coverage'><tr><th>campaign</th>"
+            "<th>status</th><th>pairs planned</th><th>made</th><th>failed</th><th>reviewed</th>"
+            f"<th>reviewed by ≥ {campaigns[0]['min_reviewers']}</th></tr>{rows}</table>")
+
+
 def _config_detail(config: dict[str, Any]) -> str:
     state = "<span class='h3-badge'>approved</span>" if config["approved"] else "<span class='h3-warn'>not approved</span>"
     prompts = "".join(f"<li>{html.escape(p)}</li>" for p in config["accepted_prompts"]) or "<li>none yet</li>"
     return (f"<div class='h3-panel'><b>{html.escape(config['tier_name'])}</b> {state} · key "
             f"<code>{config['key']}</code> · model {html.escape(config['model_id'])} · "
             f"{config['duration_seconds']} s · accepting reviewers: "
-            f"{html.escape(', '.join(config['accepting_reviewers']) or 'none')}<br>Accepted prompts:<ul>{prompts}</ul>"
+            f"{html.escape(', '.join(config['accepting_reviewers']) or 'none')}{_blind_html(config['blind'])}"
+            f"{_campaigns_html(config.get('campaigns', []))}<br>Accepted prompts:<ul>{prompts}</ul>"
             f"<details><summary>exact tier configuration</summary><pre>"
             f"{html.escape(json.dumps(config['tier_config'], indent=2))}</pre></details></div>")

@@ -18,9 +18,11 @@ from db.errors import StoreError
 from engine.errors import RequestError
 from engine.labels import RANDOM_WEIGHTS
 from engine.request import ModelLimits, validate_duration
-from studio.jobs import QueueFull
+from studio.auth import Accounts
+from studio.jobs import CANCELLED_MESSAGE, QueueFull
+from studio.roles import Actor, Forbidden
 from studio.service import ServiceUnavailable, StudioService
-from studio.ui.common import error_html, random_badge
+from studio.ui.common import actor_of, error_html, random_badge, username
 from studio.ui.media import MediaDir
 from studio.ui.panels import pair_summary_html
 
@@ -101,7 +103,7 @@ def tier_card_html(rows: list[dict[str, Any]], name: str | None, duration: float
             f"<th>steps</th><th>status</th><th>available</th></tr>{''.join(lines)}</table>")
 
 
-def build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, Any]:
+def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accounts | None = None) -> dict[str, Any]:
     options = _options(service)
     with gr.Row():
         with gr.Column(scale=3):
@@ -148,6 +150,18 @@ def build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, Any
         video_c = gr.Video(label="Accelerated", visible=False, interactive=False)
     open_compare = gr.Button("Open in Compare →", visible=False, elem_id="h3-open-compare")
     pair_state = gr.State(None)
+    # Read from the store on a timer, not from the generating handler: it says where this page's pair really is
+    # (completed, not the "queued" of the handler's first answer) and enables Generate again once it has finished.
+    page_status = gr.HTML("", js_on_load=None, elem_id="h3-generate-status")
+    with gr.Accordion("Pairs running, failed or cancelled (everyone's)", open=True, elem_id="h3-active"):
+        active = gr.HTML(active_pairs_html(service), js_on_load=None, elem_id="h3-active-pairs")
+        with gr.Row():
+            cancel_pick = gr.Dropdown(unfinished_choices(service), label="Unfinished pair", elem_id="h3-cancel-pick",
+                                      scale=4)
+            refresh_pick = gr.Button("Refresh", size="sm", scale=1, elem_id="h3-cancel-refresh")
+            cancel_any = gr.Button("Cancel this pair", variant="stop", scale=1, elem_id="h3-cancel-any")
+        cancel_any_result = gr.HTML("", js_on_load=None, elem_id="h3-cancel-any-result")
+    timer = gr.Timer(1.0)
 
     def refresh_tiers(duration_value, current):
         """The tier picker, its card and the duration's error slot, for the duration box's value as typed."""
@@ -181,14 +195,14 @@ def build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, Any
     slot_names = list(slots)
 
     def run(prompt_v, duration_v, aspect_v, seed_v, tier_v, edge_v, steps_v, base_steps_v, force_v,
-            progress=gr.Progress()):  # noqa: B008 - Gradio injects the tracker through this default
+            request: gr.Request, progress=gr.Progress()):  # noqa: B008 - Gradio injects the tracker this way
         payload = {"prompt": prompt_v, "seed": _int_or_raw(seed_v), "tier": tier_v or "",
                    "target": {"duration_seconds": duration_v, "aspect_ratio": aspect_v,
                               "short_edge": _int_or_raw(edge_v)},
                    "steps": _int_or_raw(steps_v), "baseline_steps": _int_or_raw(base_steps_v), "force": bool(force_v)}
         errors = dict.fromkeys(slot_names, "")
         try:
-            pair = service.submit_pair(payload)
+            pair = service.submit_pair(payload, submitted_by=username(request))  # its submitter may cancel it
         except (RequestError, StoreError) as error:
             errors[_slot_for(error.field)] = error_html(error.field, error.message)
             yield _generate_outputs(errors, slot_names, None)
@@ -203,13 +217,36 @@ def build_generate_tab(service: StudioService, media: MediaDir) -> dict[str, Any
         yield _generate_outputs(errors, slot_names, view, service, media)
 
     outputs = [*slots.values(), result, timings, video_b, video_c, open_compare, pair_state]
-    # Clear the previous attempt's errors at once (no queue), then generate.
-    event = go.click(lambda: [""] * len(slots), None, list(slots.values()), queue=False).then(
+    # Clear the previous attempt's errors and disable Generate at once (no queue), then generate; the button
+    # comes back when the handler ends (a refused request) and, should that answer be lost, with the timer below.
+    event = go.click(lambda: [*[""] * len(slots), gr.update(interactive=False), SUBMITTING], None,
+                     [*slots.values(), go, pair_state], queue=False).then(
         run, [prompt, duration, aspect, seed, tier, short_edge, steps, baseline_steps, force], outputs,
                      concurrency_limit=GENERATE_CONCURRENCY, concurrency_id="generate", show_progress_on=result,
                      scroll_to_output=True, preprocess=False)  # the engine's validation names each field
-    cancel.click(lambda pid: _cancel(service, pid), pair_state, [general_err, result], cancels=[event], queue=False)
-    return {"duration": duration, "duration_error": duration_err, "tier": tier, "tier_card": tier_card,
+    event.then(lambda pid: gr.update(interactive=not _running(service, pid)), pair_state, go, queue=False)
+
+    def cancel_mine(pid, request: gr.Request):
+        message, panel = _cancel(service, pid, actor_of(accounts, request))
+        return message, panel, gr.update(interactive=True)
+
+    cancel.click(cancel_mine, pair_state, [general_err, result, go], cancels=[event], queue=False)
+
+    def tick(pid):
+        return (page_status_html(service, pid), gr.update(interactive=not _running(service, pid)),
+                active_pairs_html(service))
+
+    timer.tick(tick, pair_state, [page_status, go, active], queue=False, show_progress="hidden")
+
+    def cancel_chosen(pid, request: gr.Request):
+        message, _panel = _cancel(service, pid, actor_of(accounts, request), nothing="choose an unfinished pair")
+        done = message or f"<div class='h3-panel'>Pair <code>{html.escape(pid)}</code> cancelled.</div>"
+        return done, gr.update(choices=unfinished_choices(service), value=None), active_pairs_html(service)
+
+    cancel_any.click(cancel_chosen, cancel_pick, [cancel_any_result, cancel_pick, active], queue=False)
+    refresh_pick.click(lambda pid: _unfinished_dropdown(service, pid), cancel_pick, cancel_pick, queue=False)
+    return {"unfinished": lambda pid: _unfinished_dropdown(service, pid), "cancel_pick": cancel_pick,
+            "duration": duration, "duration_error": duration_err, "tier": tier, "tier_card": tier_card,
             "refresh_tiers": refresh_tiers,
             "event": event, "pair": pair_state, "open_compare": open_compare}
 
@@ -298,14 +335,86 @@ def _progress_of(view, plan) -> tuple[int, str]:
     return done, view.status
 
 
-def _cancel(service: StudioService, pair_id: str | None) -> tuple[str, Any]:
+def _cancel(service: StudioService, pair_id: str | None, actor: Actor,
+            nothing: str = "Nothing to cancel: no pair is being generated from this page.") -> tuple[str, Any]:
+    """Cancel a pair as ``actor`` (its submitter or an admin); (error HTML or "", the pair's panel)."""
     if not pair_id:
-        return error_html(None, "Nothing to cancel: no pair is being generated from this page."), gr.update()
+        return error_html(None, nothing), gr.update()
     try:
-        view = service.cancel_pair(pair_id)
-    except StoreError as error:
+        view = service.cancel_pair(pair_id, actor)
+    except (StoreError, Forbidden) as error:
         return error_html(error.field, error.message), gr.update()
     return "", pair_summary_html(view, service)
+
+
+SUBMITTING = "submitting"  # this page's pair state between the click and the submission's answer
+
+
+def _running(service: StudioService, pair_id: str | None) -> bool:
+    """Whether this page's pair is still queued or running (Generate stays disabled meanwhile)."""
+    if not pair_id:
+        return False
+    if pair_id == SUBMITTING:
+        return True
+    try:
+        return service.store.get_pair(pair_id).status not in ("completed", "failed")
+    except StoreError:
+        return False
+
+
+STATUS_WORDS = {"queued": "queued", "in_progress": "running", "completed": "completed", "failed": "failed"}
+
+
+def _status_word(pair) -> str:
+    """queued, running, completed, failed, or cancelled (a pair failed by a cancel)."""
+    return "cancelled" if pair.status == "failed" and pair.error == CANCELLED_MESSAGE else STATUS_WORDS[pair.status]
+
+
+def page_status_html(service: StudioService, pair_id: str | None) -> str:
+    """One line: this page's pair and its status as stored now."""
+    if not pair_id or pair_id == SUBMITTING:
+        return ""
+    try:
+        pair = service.store.get_pair(pair_id)
+    except StoreError:
+        return ""
+    return (f"<div class='h3-readout'>This page's pair <code>{pair.id[-6:]}</code>: <b>{_status_word(pair)}</b>"
+            f"</div>")
+
+
+MAX_FAILED_LISTED = 10
+
+
+def active_pairs_html(service: StudioService) -> str:
+    """Every queued or running pair, then the latest failed or cancelled ones, with who submitted them."""
+    try:
+        unfinished = service.store.list_pairs(status="in_progress") + service.store.list_pairs(status="queued")
+        failed = service.store.list_pairs(status="failed", limit=MAX_FAILED_LISTED)
+    except Exception:  # noqa: BLE001 - the list is a convenience; a read error must not break the page
+        return ""
+    if not unfinished and not failed:
+        return "<p>No pair is running; none failed or was cancelled.</p>"
+    rows = "".join(
+        f"<tr><td><code>{p.id[-6:]}</code></td><td><b>{_status_word(p)}</b></td><td>{html.escape(p.tier_name)}</td>"
+        f"<td>{html.escape(p.prompt[:50])}</td><td>{p.seed}</td><td>{p.created_at:%m-%d %H:%M:%S}</td>"
+        f"<td><small>{html.escape((p.error or '')[:120])}</small></td></tr>" for p in [*unfinished, *failed])
+    return ("<table class='h3-table'><tr><th>pair</th><th>status</th><th>tier</th><th>prompt</th><th>seed</th>"
+            f"<th>created (UTC)</th><th>error</th></tr>{rows}</table>")
+
+
+def unfinished_choices(service: StudioService) -> list[tuple[str, str]]:
+    """Queued and running pairs (anyone's: the cancel checks who may)."""
+    try:
+        pairs = service.store.list_pairs(status="in_progress") + service.store.list_pairs(status="queued")
+    except Exception:  # noqa: BLE001 - see active_pairs_html
+        return []
+    return [(f"{_status_word(p)} · {p.tier_name} · “{p.prompt[:40]}” · seed {p.seed} · {p.id[-6:]}", p.id)
+            for p in pairs]
+
+
+def _unfinished_dropdown(service: StudioService, current: str | None):
+    choices = unfinished_choices(service)
+    return gr.update(choices=choices, value=current if current in [v for _, v in choices] else None)
 
 
 def _generate_outputs(errors: dict[str, str], slot_names: list[str], view, service: StudioService | None = None,

@@ -14,7 +14,9 @@ import html
 
 import gradio as gr
 
+from studio.auth import Accounts
 from studio.service import StudioService
+from studio.ui.campaigns import build_campaigns_tab
 from studio.ui.common import completed_pair_dropdown, random_badge
 from studio.ui.compare import build_compare_tab
 from studio.ui.compare_data import Overlays
@@ -44,8 +46,9 @@ CSS = PLAYER_CSS + """
 """
 
 
-def build_ui(service: StudioService) -> gr.Blocks:
-    """The whole studio UI over one service (the signature app.py calls)."""
+def build_ui(service: StudioService, accounts: Accounts | None = None) -> gr.Blocks:
+    """The whole studio UI over one service; ``accounts`` (the --auth file) gives handlers the signed-in user's
+    role, so admin-only actions are refused here as over REST."""
     clips = ClipCache()
     media = MediaDir(service.config.data_dir)
     overlays = Overlays(service.quality)  # the service's own loader, so an injected quality double applies here too
@@ -57,22 +60,26 @@ def build_ui(service: StudioService) -> gr.Blocks:
         status = gr.HTML(status_html(service), js_on_load=None)
         with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
-                generate = build_generate_tab(service, media)
+                generate = build_generate_tab(service, media, accounts)
             with gr.Tab("Compare", id="compare") as compare_tab:
                 compare = build_compare_tab(service, clips, media, overlays)
             with gr.Tab("Review", id="review") as review_tab:
-                review = build_review_tab(service)
+                review = build_review_tab(service, media)
+            with gr.Tab("Campaigns", id="campaigns") as campaigns_tab:
+                campaigns = build_campaigns_tab(service, accounts)
             with gr.Tab("Configurations", id="configurations") as configurations_tab:
-                configurations = build_configurations_tab(service)
+                configurations = build_configurations_tab(service, accounts)
             with gr.Tab("Export", id="export") as export_tab:
                 export = build_export_tab(service, media)
         _wire_cross_tab(service, demo, tabs, status, generate, compare, review, configurations)
         # Lists that change as others review: re-read them whenever their tab is opened.
         configurations_tab.select(configurations["refresh"], None, configurations["outputs"])
+        campaigns_tab.select(campaigns["on_select"], campaigns["select_inputs"], campaigns["select_outputs"])
         # Other reviewers' new pairs join the lists; the selection stays (an unchanged value fires no change).
         compare_tab.select(lambda pid: completed_pair_dropdown(service, pid, newest_if_gone=True), compare["pair"],
                            compare["pair"], queue=False)
         review_tab.select(review["refresh_choices"], review["pair"], review["pair"], queue=False)
+        review_tab.select(review["refresh_campaigns"], review["campaign"], review["campaign"], queue=False)
         export_tab.select(export["refresh"], None, export["chosen"])
     return demo
 
@@ -135,3 +142,4 @@ def _wire_cross_tab(service, demo, tabs, status, generate, compare, review, conf
     compare["to_review"].click(lambda: gr.Tabs(selected="review"), None, tabs)
     compare["pair"].change(review["select_pair"], compare["pair"], review["pair_outputs"])
     review["verdict_event"].then(configurations["refresh"], None, configurations["outputs"])
+    review["blind_event"].then(configurations["refresh"], None, configurations["outputs"])

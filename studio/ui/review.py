@@ -13,16 +13,23 @@ from typing import Any
 import gradio as gr
 
 from db.errors import StoreError
+from studio.blind import ANSWER_LABELS, reveal_text
 from studio.service import StudioService
 from studio.ui.common import completed_pair_dropdown, error_html, username
+from studio.ui.media import MediaDir
 from studio.ui.panels import config_html, suggestion_html
 
 DECISION_LABELS = [("Accept", "accept"), ("Reject", "reject")]
 HISTORY_HEADERS = ["when (UTC)", "reviewer", "verdict", "reasons", "notes", "change note", "replaces"]
 
 
-def build_review_tab(service: StudioService) -> dict[str, Any]:
+def build_review_tab(service: StudioService, media: MediaDir | None = None) -> dict[str, Any]:
     reasons_all = list(_options(service, "reasons"))
+    with gr.Row():
+        campaign = gr.Dropdown(campaign_choices(service), label="Campaign (its pairs, one after another)",
+                               elem_id="h3-review-campaign", scale=4)
+        next_pair = gr.Button("Next unreviewed pair", scale=1, size="sm", elem_id="h3-next-pair")
+    next_result = gr.HTML("", js_on_load=None, elem_id="h3-next-result")
     with gr.Row():
         pair = gr.Dropdown([], label="Pair to review (completed pairs)", elem_id="h3-review-pair", scale=5)
         refresh = gr.Button("Refresh list", scale=1, size="sm")
@@ -31,8 +38,19 @@ def build_review_tab(service: StudioService) -> dict[str, Any]:
     identity = gr.Markdown("", elem_id="h3-review-identity")
     name = gr.Textbox(label="Your name (required: the studio runs without sign-in)", elem_id="h3-reviewer")
     name_err = gr.HTML("", js_on_load=None, elem_id="h3-reviewer-error")
-    decision = gr.Radio(DECISION_LABELS, label="Verdict", elem_id="h3-decision")
-    decision_err = gr.HTML("", js_on_load=None, elem_id="h3-decision-error")
+    blind = gr.Checkbox(False, elem_id="h3-blind", label="Blind A/B review: the two clips as A and B in a random "
+                        "order; which was which is shown once your verdict is saved (don't look in Compare first)")
+    with gr.Group(visible=False) as blind_box:
+        with gr.Row():
+            video_a = gr.Video(label="A", interactive=False, elem_id="h3-blind-a")
+            video_b = gr.Video(label="B", interactive=False, elem_id="h3-blind-b")
+        answer = gr.Radio([(label, value) for value, label in ANSWER_LABELS.items()], label="Your answer",
+                          elem_id="h3-blind-answer")
+        answer_err = gr.HTML("", js_on_load=None, elem_id="h3-blind-answer-error")
+    blind_state = gr.State(None)  # the open blind review's id
+    with gr.Group() as named_box:
+        decision = gr.Radio(DECISION_LABELS, label="Verdict", elem_id="h3-decision")
+        decision_err = gr.HTML("", js_on_load=None, elem_id="h3-decision-error")
     reasons = gr.CheckboxGroup(reasons_all, label="Reasons (what you saw)", elem_id="h3-reasons")
     reasons_err = gr.HTML("", js_on_load=None, elem_id="h3-reasons-error")
     notes = gr.Textbox(label="Notes", lines=2, elem_id="h3-notes",
@@ -43,13 +61,14 @@ def build_review_tab(service: StudioService) -> dict[str, Any]:
     change_note_err = gr.HTML("", js_on_load=None, elem_id="h3-change-note-error")
     with gr.Row():
         submit = gr.Button("Record verdict", variant="primary", elem_id="h3-record-verdict")
+        blind_save = gr.Button("Save blind verdict", variant="primary", visible=False, elem_id="h3-blind-save")
         withdraw = gr.Button("Withdraw my verdict", elem_id="h3-withdraw-verdict")
     result = gr.HTML("", js_on_load=None, elem_id="h3-verdict-result")
     history = gr.Dataframe(headers=HISTORY_HEADERS, interactive=False,
                            label="Verdicts on this pair (every version)", elem_id="h3-verdict-history")
 
-    slots = {"reviewer": name_err, "decision": decision_err, "reasons": reasons_err, "notes": notes_err,
-             "change_note": change_note_err, "general": result}
+    slots = {"reviewer": name_err, "decision": decision_err, "answer": answer_err, "reasons": reasons_err,
+             "notes": notes_err, "change_note": change_note_err, "general": result}
 
     def select_pair(pair_id):
         return [completed_pair_dropdown(service, pair_id), *pair_panel(service, pair_id)]
@@ -86,9 +105,84 @@ def build_review_tab(service: StudioService) -> dict[str, Any]:
     pair.input(lambda pid: pair_panel(service, pid), pair, [info, history])
     # Another pair, however chosen (here, or from Generate/Compare): nothing typed for the last one carries over,
     # so a click can never record the previous pair's verdict on this one.
-    pair.change(lambda: [None, [], "", "", *[""] * len(slots)], None, [decision, reasons, notes, change_note,
-                                                                       *slots.values()], queue=False)
+    pair_change = pair.change(lambda: [None, None, [], "", "", *[""] * len(slots)], None,
+                              [decision, answer, reasons, notes, change_note, *slots.values()], queue=False)
     refresh.click(lambda pid: completed_pair_dropdown(service, pid), pair, pair, queue=False)
+
+    # ------------------------------------------------------------------------------------ blind review
+
+    def show_blind(pair_id, blind_on, typed_name, request: gr.Request):
+        """Blind on: open (or reopen) this reviewer's blind review of the pair and show its clips as A and B;
+        the named verdict's controls hide. Off: back to the named verdict."""
+        hidden = [gr.update(visible=False), None, None, None, gr.update(visible=True), gr.update(visible=True),
+                  gr.update(visible=False)]
+        if not blind_on:
+            return [*hidden, ""]
+        reviewer = username(request) or (typed_name or "").strip()
+        shown = [gr.update(visible=True), gr.update(visible=False), gr.update(visible=False),
+                 gr.update(visible=True)]
+        if not pair_id:
+            return [gr.update(visible=False), None, None, None, *shown[1:], error_html("pair", "pick a pair first")]
+        if not reviewer:
+            return [gr.update(visible=False), None, None, None, *shown[1:],
+                    error_html("reviewer", "is required before a blind review: type your name")]
+        try:
+            view = service.blind.open(pair_id, reviewer)
+            clips = [_blind_clip(service, media, view["id"], label) for label in ("a", "b")]
+        except StoreError as error:
+            return [gr.update(visible=False), None, None, None, *shown[1:], error_html(error.field, error.message)]
+        return [shown[0], *clips, view["id"], *shown[1:], ""]
+
+    blind_outputs = [blind_box, video_a, video_b, blind_state, named_box, submit, blind_save, result]
+    blind.change(show_blind, [pair, blind, name], blind_outputs)
+    pair_change.then(show_blind, [pair, blind, name], blind_outputs)
+
+    def save_blind(pair_id, blind_id, typed_name, answer_v, reasons_v, notes_v, change_v, request: gr.Request):
+        messages = dict.fromkeys(slots, "")
+        reviewer = username(request) or (typed_name or "").strip()
+        if not blind_id:
+            messages["general"] = error_html("pair", "pick a pair and tick blind review first")
+        elif not reviewer:
+            messages["reviewer"] = error_html("reviewer", "is required: type your name")
+        elif not answer_v:
+            messages["answer"] = error_html("answer", "choose: no visible difference, A is worse or B is worse")
+        else:
+            try:
+                verdict, view = service.blind.answer(blind_id, reviewer, answer_v, list(reasons_v or []),
+                                                     notes_v or "", change_v or None)
+                messages["general"] = (f"<div class='h3-panel' id='h3-blind-reveal'>{html.escape(reveal_text(view))}"
+                                       f"</div>{_recorded_html(service, verdict)}")
+            except StoreError as error:
+                field = error.field if error.field in slots else "general"
+                messages[field] = error_html(error.field, error.message)
+        return [*messages.values(), *pair_panel(service, pair_id)]
+
+    blind_event = blind_save.click(save_blind, [pair, blind_state, name, answer, reasons, notes, change_note],
+                                   outputs)
+
+    # -------------------------------------------------------------------------------------- campaigns
+
+    def next_for_me(campaign_id, current, typed_name, request: gr.Request):
+        reviewer = username(request) or (typed_name or "").strip()
+        if not campaign_id:
+            return gr.update(), error_html("campaign", "choose a campaign")
+        if not reviewer:
+            return gr.update(), error_html("reviewer", "is required: type your name")
+        try:
+            pair_id = service.campaigns.next_unreviewed(campaign_id, reviewer)
+            progress = service.campaigns.progress(campaign_id, reviewer)
+        except StoreError as error:
+            return gr.update(), error_html(error.field, error.message)
+        waiting = progress["items"].get("pending", 0) + progress["pairs"].get("queued", 0) + \
+            progress["pairs"].get("in_progress", 0)
+        if pair_id is None:
+            text = f"Nothing left for you in this campaign now ({waiting} pairs still being made)."
+            return completed_pair_dropdown(service, current), f"<div class='h3-panel'>{text}</div>"
+        text = (f"{progress['left_for_reviewer']} completed pairs left for you (this one included); {waiting} still "
+                "being made.")
+        return completed_pair_dropdown(service, current, select=pair_id), f"<div class='h3-panel'>{text}</div>"
+
+    next_pair.click(next_for_me, [campaign, pair, name], [pair, next_result])
 
     def on_load(request: gr.Request):
         user = username(request)
@@ -98,7 +192,31 @@ def build_review_tab(service: StudioService) -> dict[str, Any]:
 
     return {"on_load": on_load, "load_outputs": [identity, name], "select_pair": select_pair, "pair": pair,
             "refresh_choices": lambda pid: completed_pair_dropdown(service, pid),
-            "pair_outputs": [pair, info, history], "verdict_event": verdict_event}
+            "pair_outputs": [pair, info, history], "verdict_event": verdict_event, "blind_event": blind_event,
+            "campaign": campaign, "refresh_campaigns": lambda cid: campaign_dropdown(service, cid)}
+
+
+def campaign_choices(service: StudioService) -> list[tuple[str, str]]:
+    """Campaigns, newest first, labelled with their progress."""
+    try:
+        campaigns = service.campaigns.list()
+    except Exception:  # noqa: BLE001 - a convenience list: a read error must not break the tab
+        return []
+    return [(f"{c['name']} · {c['pairs'].get('completed', 0)}/{c['total']} made · {c['status']} · {c['id'][-6:]}",
+             c["id"]) for c in campaigns]
+
+
+def campaign_dropdown(service: StudioService, current: str | None):
+    choices = campaign_choices(service)
+    values = [v for _, v in choices]
+    return gr.update(choices=choices, value=current if current in values else (values[0] if values else None))
+
+
+def _blind_clip(service: StudioService, media: MediaDir | None, blind_id: str, label: str) -> str:
+    """A servable copy of clip A or B named by the blind review and the label, never by the clip."""
+    path = service.blind.clip(blind_id, label)
+    key = f"{label.upper()}-{blind_id[-24:]}"
+    return media.video(key, path) if media is not None else str(path)
 
 
 def _options(service: StudioService, key: str):
