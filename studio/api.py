@@ -33,6 +33,22 @@ from starlette.routing import Match
 from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
 from engine.errors import RequestError
 from engine.request import REFUSED_FIELDS
+from studio.api_models import (
+    ApprovalRuleObject,
+    ApprovalRuleWithHistory,
+    ConfigurationList,
+    ConfigurationObject,
+    PairList,
+    PairObject,
+    QueueObject,
+    RemoteList,
+    TierList,
+    VerdictObject,
+    VideoCancelled,
+    VideoDeleted,
+    VideoList,
+    VideoObject,
+)
 from studio.auth import Accounts
 from studio.guard import RequestGuard, basic_credentials, public_health
 from studio.jobs import QueueFull
@@ -369,6 +385,15 @@ def pair_object(view: PairView) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------- routes
 
 
+class _TypedRoute(APIRoute):
+    """A /v1 route whose response model documents and checks the body without adding to it: keys the route did
+    not send stay absent (an optional field is not sent as null), so typing the responses changed no body."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["response_model_exclude_unset"] = True
+        super().__init__(*args, **kwargs)
+
+
 def _current_user(accounts: Accounts | None) -> Callable[..., str | None]:
     """A dependency returning the signed-in user (None when auth is off), or raising Unauthorized."""
     security = HTTPBasic(auto_error=False)
@@ -405,11 +430,12 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
     ``default_tier``: the tier of a POST /v1/videos that names none (a server launched for one configuration,
     like an ``sglang serve`` process; default baseline)."""
     current_user = _current_user(accounts)
-    router = APIRouter(prefix="/v1", dependencies=[Depends(current_user)])
+    router = APIRouter(prefix="/v1", dependencies=[Depends(current_user)], route_class=_TypedRoute)
 
     # ------------------------------------------------------------------------------ videos (SGLang)
 
-    @router.post("/videos", tags=["videos"], summary="Queue a clip (SGLang-compatible); returns at once")
+    @router.post("/videos", tags=["videos"], summary="Queue a clip (SGLang-compatible); returns at once",
+                 response_model=VideoObject)
     def create_video(body: VideoCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
         payload = sglang_to_payload(body.model_dump(exclude_unset=True))
         if default_tier:
@@ -417,19 +443,21 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         record = _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user), SGLANG_RENAMES)
         return video_object(service.get_video(record.id))
 
-    @router.get("/videos", tags=["videos"], summary="List jobs")
+    @router.get("/videos", tags=["videos"], summary="List jobs", response_model=VideoList)
     def list_videos(after: str | None = None, limit: int = 20, order: str = "desc") -> dict[str, Any]:
         if not 1 <= limit <= MAX_PAGE:
             raise RequestError("limit", f"must be in 1..{MAX_PAGE}, got {limit}")
         views = service.list_videos(after=after, limit=limit + 1, order=order)
         return _page([video_object(v) for v in views[:limit]], has_more=len(views) > limit)
 
-    @router.get("/videos/{video_id}", tags=["videos"], summary="A job's status and progress")
+    @router.get("/videos/{video_id}", tags=["videos"], summary="A job's status and progress",
+                response_model=VideoObject)
     def get_video(video_id: str) -> dict[str, Any]:
         return video_object(service.get_video(video_id))
 
     @router.delete("/videos/{video_id}", tags=["videos"],
-                   summary="Cancel a queued or running job; delete a finished one")
+                   summary="Cancel a queued or running job; delete a finished one",
+                   response_model=VideoCancelled | VideoDeleted)
     def delete_video(video_id: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
         view = service.get_video(video_id)
         if view.status in ("queued", "in_progress"):
@@ -449,7 +477,8 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
 
     # ------------------------------------------------------------------------------------- pairs
 
-    @router.post("/pairs", tags=["pairs"], summary="Queue a same-seed baseline/candidate pair")
+    @router.post("/pairs", tags=["pairs"], summary="Queue a same-seed baseline/candidate pair",
+                 response_model=PairObject)
     def create_pair(body: PairCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
         payload = body.model_dump(exclude_unset=True)
         if isinstance(payload.get("target"), dict):
@@ -457,7 +486,7 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         record = service.submit_pair(payload, submitted_by=user)
         return pair_object(service.get_pair(record.id))
 
-    @router.get("/pairs", tags=["pairs"], summary="List pairs, newest first, a page at a time")
+    @router.get("/pairs", tags=["pairs"], summary="List pairs, newest first, a page at a time", response_model=PairList)
     def list_pairs(status: str | None = None, configuration_key: str | None = None, after: str | None = None,
                    limit: int = 20) -> dict[str, Any]:
         if not 1 <= limit <= MAX_PAGE:
@@ -465,26 +494,30 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         views = service.list_pairs(status, configuration_key, after=after, limit=limit + 1)
         return _page([pair_object(p) for p in views[:limit]], has_more=len(views) > limit)
 
-    @router.get("/pairs/{pair_id}", tags=["pairs"], summary="Status, both clips, timings, speed-ups, metrics")
+    @router.get("/pairs/{pair_id}", tags=["pairs"], summary="Status, both clips, timings, speed-ups, metrics",
+                response_model=PairObject)
     def get_pair(pair_id: str) -> dict[str, Any]:
         return pair_object(service.get_pair(pair_id))
 
-    @router.delete("/pairs/{pair_id}", tags=["pairs"], summary="Cancel an unfinished pair")
+    @router.delete("/pairs/{pair_id}", tags=["pairs"], summary="Cancel an unfinished pair", response_model=PairObject)
     def cancel_pair(pair_id: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
         return pair_object(service.cancel_pair(pair_id, _actor(accounts, user)))
 
-    @router.post("/pairs/{pair_id}/metrics", tags=["pairs"], summary="Recompute a completed pair's metrics")
+    @router.post("/pairs/{pair_id}/metrics", tags=["pairs"], summary="Recompute a completed pair's metrics",
+                 response_model=PairObject)
     def refresh_metrics(pair_id: str) -> dict[str, Any]:
         return pair_object(service.refresh_metrics(pair_id))
 
-    @router.post("/pairs/{pair_id}/verdicts", tags=["review"], summary="Accept or reject a completed pair")
+    @router.post("/pairs/{pair_id}/verdicts", tags=["review"], summary="Accept or reject a completed pair",
+                 response_model=VerdictObject)
     def add_verdict(pair_id: str, body: VerdictCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
         reviewer = _reviewer(user, body.reviewer)
         verdict = service.add_verdict(pair_id, reviewer, body.decision, body.reasons, body.notes, body.change_note)
         return {"object": "verdict", **verdict.as_dict()}
 
     @router.post("/pairs/{pair_id}/verdicts/withdraw", tags=["review"],
-                 summary="Withdraw your verdict on a pair (kept in the history with your note)")
+                 summary="Withdraw your verdict on a pair (kept in the history with your note)",
+                 response_model=VerdictObject)
     def withdraw_verdict(pair_id: str, body: VerdictWithdraw,
                          user: str | None = Depends(current_user)) -> dict[str, Any]:
         verdict = service.withdraw_verdict(pair_id, _reviewer(user, body.reviewer), body.change_note)
@@ -559,35 +592,41 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
                 "left_for_reviewer": progress["left_for_reviewer"], "items": progress["items"],
                 "pairs": progress["pairs"]}
 
-    @router.get("/approval-rule", tags=["review"], summary="The approval rule and every earlier one")
+    @router.get("/approval-rule", tags=["review"], summary="The approval rule and every earlier one",
+                response_model=ApprovalRuleWithHistory)
     def approval_rule() -> dict[str, Any]:
         return {**service.approval_rule.as_dict(), "history": service.store.approval_rule_history()}
 
-    @router.put("/approval-rule", tags=["review"], summary="Admin only: change the approval rule")
+    @router.put("/approval-rule", tags=["review"], summary="Admin only: change the approval rule",
+                response_model=ApprovalRuleObject)
     def set_approval_rule(body: RuleUpdate, user: str | None = Depends(current_user)) -> dict[str, Any]:
         rule = service.set_approval_rule(body.model_dump(exclude_none=True), _actor(accounts, user))
         return rule.as_dict()
 
     # --------------------------------------------------------------------- review, tiers, export
 
-    @router.get("/configurations", tags=["review"], summary="Configurations with tallies and approved flag")
+    @router.get("/configurations", tags=["review"], summary="Configurations with tallies and approved flag",
+                response_model=ConfigurationList)
     def list_configurations() -> dict[str, Any]:
         return {"object": "list", "data": service.list_configurations(),
                 "approval_rule": service.approval_rule.as_dict()}
 
-    @router.get("/configurations/{key}", tags=["review"], summary="A configuration with its verdict history")
+    @router.get("/configurations/{key}", tags=["review"], summary="A configuration with its verdict history",
+                response_model=ConfigurationObject)
     def get_configuration(key: str) -> dict[str, Any]:
         return service.configuration(key)
 
-    @router.get("/tiers", tags=["tiers"], summary="Tiers and their availability for a clip duration")
+    @router.get("/tiers", tags=["tiers"], summary="Tiers and their availability for a clip duration",
+                response_model=TierList)
     def list_tiers(duration: float | None = None) -> dict[str, Any]:
         return {"object": "list", "data": service.tiers(duration)}
 
-    @router.get("/queue", tags=["videos"], summary="The running job and the waiting ones")
+    @router.get("/queue", tags=["videos"], summary="The running job and the waiting ones", response_model=QueueObject)
     def queue() -> dict[str, Any]:
         return service.queue_status()
 
-    @router.get("/remotes", tags=["tiers"], summary="The --remotes servers: health, model, jobs in flight")
+    @router.get("/remotes", tags=["tiers"], summary="The --remotes servers: health, model, jobs in flight",
+                response_model=RemoteList)
     def remotes() -> dict[str, Any]:
         return {"object": "list", "data": service.remotes_status()}
 

@@ -179,6 +179,38 @@ def test_health_tiers_and_openapi(studio):
         assert path in paths
 
 
+def test_v1_responses_are_typed_in_the_openapi_schema(studio, reviewed):
+    """Each /v1 JSON route names its response model (issue 22 item 4), and the objects the studio sends carry no
+    field their model lacks (the models allow extras so nothing is dropped; this keeps the schema complete)."""
+    from studio import api_models
+
+    schema = studio.client.get("/openapi.json").json()
+    for path, method, model in (("/v1/videos", "post", "VideoObject"), ("/v1/videos", "get", "VideoList"),
+                                ("/v1/pairs/{pair_id}", "get", "PairObject"), ("/v1/pairs", "get", "PairList"),
+                                ("/v1/pairs/{pair_id}/verdicts", "post", "VerdictObject"),
+                                ("/v1/configurations", "get", "ConfigurationList"), ("/v1/tiers", "get", "TierList"),
+                                ("/v1/queue", "get", "QueueObject")):
+        content = schema["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert content == {"$ref": f"#/components/schemas/{model}"}, (path, method, content)
+    metrics = schema["components"]["schemas"]["QualityMetrics"]["properties"]
+    assert {"psnr_mean", "per_frame", "gates", "suggested_verdict", "flip"} <= set(metrics)
+
+    def extras(model, data: dict) -> set[str]:
+        return set(data) - set(model.model_fields)
+
+    pair = studio.client.get(f"/v1/pairs/{reviewed.pairs[0]['id']}").json()
+    assert extras(api_models.PairObject, pair) == set()
+    assert extras(api_models.PairVideo, pair["candidate"]) == set()
+    assert extras(api_models.QualityMetrics, pair["metrics"]) == set()
+    assert extras(api_models.VerdictObject, pair["verdicts"][0]) == set()
+    video = studio.client.get(f"/v1/videos/{pair['candidate_video_id']}").json()
+    assert extras(api_models.VideoObject, video) == set()
+    configuration = studio.client.get(f"/v1/configurations/{pair['configuration_key']}").json()
+    assert extras(api_models.ConfigurationObject, configuration) == set()
+    tier = studio.client.get("/v1/tiers").json()["data"][0]
+    assert extras(api_models.TierRow, tier) == set()
+
+
 def test_pair_round_trip_to_approved_export(studio, reviewed):
     client, pair = studio.client, reviewed.pairs[0]
     baseline, candidate = pair["baseline"], pair["candidate"]

@@ -1,0 +1,282 @@
+"""The /v1 response bodies as pydantic models: what the OpenAPI schema (/docs) shows a client, field by field.
+
+The routes still build plain dicts (studio/api.py: video_object, pair_object, …); FastAPI validates each against
+its route's ``response_model`` and serialises it. Why ``extra="allow"``: a field a service adds before its model
+does still reaches the client rather than being dropped; tests/test_api.py checks that the main objects carry no
+field their model lacks, so the schema stays complete. Timestamps stay the strings the service makes (pydantic
+would rewrite "+00:00" as "Z"), and every number is what the service computed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from studio.quality.summary import AudioSummary, FrameMetrics
+
+__all__ = [
+    "ApprovalRuleObject", "ConfigurationList", "ConfigurationObject", "PairList", "PairObject", "QueueObject",
+    "RemoteList", "TierList", "VerdictObject", "VideoDeleted", "VideoList", "VideoObject",
+]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ------------------------------------------------------------------------------------------- videos
+
+
+class VideoObject(_Body):
+    """A job in SGLang's /v1/videos shape, plus the studio's tier, prompt, queue position and timings."""
+
+    id: str
+    object: Literal["video"] = "video"
+    model: str
+    status: Literal["queued", "in_progress", "completed", "failed"]
+    progress: int = Field(description="0-100; denoising steps done")
+    created_at: int | None = Field(description="Unix seconds")
+    completed_at: int | None = None
+    size: str | None = Field(None, description='"WIDTHxHEIGHT" once known')
+    seconds: str | None = Field(None, description="clip length, as SGLang writes it")
+    error: dict[str, str] | None = Field(None, description='{"message": ...} when failed')
+    inference_time_s: float | None = None
+    peak_memory_mb: float | None = None
+    tier: str
+    prompt: str
+    seed: int | None = None
+    queue_position: int | None = Field(None, description="0 running, 1.. waiting, null when not queued")
+    timings: dict[str, Any] = Field(default_factory=dict, description="seconds per engine stage")
+    tokens: int | None = None
+    compiles: dict[str, Any] | None = Field(None, description="kernel compile keys this clip used")
+    engine: str = Field("local", description='"local", or "remote NAME" when a remote server made it')
+    client_time_s: float | None = Field(None, description="remote clips: POST to downloaded MP4, as measured here")
+    remote_job: dict[str, Any] | None = Field(None, description="the remote server's job once it accepted it")
+
+
+class VideoCancelled(VideoObject):
+    """DELETE on a queued or running job: it is cancelled (and stays listed as failed)."""
+
+    deleted: Literal[False] = False
+    cancelled: Literal[True] = True
+
+
+class VideoDeleted(_Body):
+    """DELETE on a finished job: its record is gone."""
+
+    id: str
+    object: Literal["video.deleted"] = "video.deleted"
+    deleted: Literal[True] = True
+
+
+class _Page(_Body):
+    object: Literal["list"] = "list"
+    has_more: bool
+    first_id: str | None = None
+    last_id: str | None = Field(None, description="pass as `after` for the next page")
+
+
+class VideoList(_Page):
+    data: list[VideoObject]
+
+
+# ------------------------------------------------------------------------------------------- pairs
+
+
+class PairVideo(_Body):
+    """One clip of a pair (studio/views.py VideoView)."""
+
+    id: str
+    status: str
+    progress: int
+    tier: str
+    model: str
+    prompt: str
+    seed: int | None = None
+    width: int | None = None
+    height: int | None = None
+    seconds: float | None = None
+    created_at: str
+    completed_at: str | None = None
+    error: str | None = None
+    inference_time_s: float | None = None
+    peak_memory_mb: float | None = None
+    queue_position: int | None = None
+    clip_sha: str | None = None
+    clip_path: str | None = None
+    timings: dict[str, Any] = Field(default_factory=dict)
+    reused_clip: bool = False
+    request: dict[str, Any] = Field(default_factory=dict)
+    tokens: int | None = None
+    compiles: dict[str, Any] | None = None
+    engine: str = "local"
+    client_time_s: float | None = None
+    remote_job: dict[str, Any] | None = None
+
+
+class GateObject(_Body):
+    value: float | None
+    limit: float | list[float] | None = Field(description="a number, a [low, high] range, or null: not gated")
+    passed: bool | None = Field(description="null: recorded only, or not evaluated (value missing)")
+
+
+class QualityMetrics(_Body):
+    """A pair's quality summary (studio/quality/summary.py QualitySummary.to_json)."""
+
+    frames: int
+    psnr_mean: float
+    ssim_mean: float
+    ghosting: bool
+    ghost_score: float
+    worst_frame: int | None = None
+    per_frame: list[FrameMetrics]
+    gates: dict[str, GateObject]
+    suggested_verdict: Literal["accept", "reject"] = Field(description="a machine suggestion, never the verdict")
+    suggestion_reasons: list[str] = Field(default_factory=list)
+    lpips_delta: float | None = None
+    lpips_reason: str | None = None
+    sharpness_ratio: float | None = None
+    temporal_jitter_ratio: float | None = None
+    temporal_consistency: float | None = None
+    flip: float | None = None
+    flip_reason: str | None = None
+    audio: AudioSummary | None = None
+    directory: str | None = Field(None, description="where the overlay PNGs are on the studio's disk")
+    diff_pngs: list[str] = Field(default_factory=list)
+    ghost_pngs: list[str] = Field(default_factory=list)
+    flip_pngs: list[str] = Field(default_factory=list)
+
+
+class VerdictObject(_Body):
+    """One version of a reviewer's verdict, with the tier configuration exactly as reviewed."""
+
+    object: Literal["verdict"] | None = None
+    id: str
+    pair_id: str
+    configuration_key: str
+    reviewer: str
+    decision: Literal["accept", "reject", "withdrawn"]
+    reasons: list[str]
+    notes: str
+    prompt: str
+    tier_config: dict[str, Any]
+    created_at: str
+    supersedes: str | None = Field(None, description="the version this one corrects or withdraws")
+    change_note: str | None = None
+    blind_a: str | None = Field(None, description="a blind review: the clip shown as A")
+    blind_answer: str | None = None
+
+
+class PairObject(_Body):
+    """A same-seed pair: both clips, timings, speed-ups, cost, quality metrics and verdicts."""
+
+    object: Literal["pair"] = "pair"
+    id: str
+    status: Literal["queued", "in_progress", "completed", "failed"]
+    prompt: str
+    seed: int
+    tier: str
+    tier_config: dict[str, Any] = Field(description="the configuration the candidate clip ran (and its baseline's)")
+    target: dict[str, Any]
+    model_id: str
+    configuration_key: str
+    created_at: str
+    updated_at: str
+    error: str | None = None
+    baseline: PairVideo | None = None
+    candidate: PairVideo | None = None
+    baseline_reused: bool
+    speedup: float | None = Field(None, description="baseline inference_time_s / candidate inference_time_s")
+    denoise_speedup: float | None = None
+    cost_usd: dict[str, float | None] = Field(description="per clip at the pod rate")
+    metrics: QualityMetrics | None = Field(None, description='null unless metrics_status is "ok"')
+    metrics_status: Literal["ok", "pending", "unavailable", "error", "not computed"]
+    metrics_message: str
+    verdicts: list[VerdictObject] = Field(default_factory=list)
+    baseline_steps: int | None = None
+    speedup_caveat: str | None = None
+    baseline_video_id: str | None = None
+    candidate_video_id: str | None = None
+    baseline_content_url: str | None = None
+    candidate_content_url: str | None = None
+
+
+class PairList(_Page):
+    data: list[PairObject]
+
+
+# ------------------------------------------------------------------------------- review, tiers, queue
+
+
+class ApprovalRuleObject(_Body):
+    min_distinct_prompts: int
+    max_rejects: int
+    min_reviewers: int
+
+
+class ApprovalRuleWithHistory(ApprovalRuleObject):
+    history: list[dict[str, Any]] = Field(description="every rule an admin set, oldest first")
+
+
+class ConfigurationObject(_Body):
+    """A tier configuration with its approval tally (GET by key adds `history`: every verdict version)."""
+
+    key: str
+    model_id: str
+    tier_name: str
+    tier_config: dict[str, Any]
+    duration_seconds: float
+    pair_count: int
+    created_at: str
+    updated_at: str
+    approved: bool
+    accepts: int
+    rejects: int
+    distinct_accepted_prompts: int
+    accepted_prompts: list[str]
+    accepting_reviewers: list[str]
+    versions: int
+    blind: dict[str, Any] = Field(default_factory=dict, description="how often blind reviewers told the clips apart")
+    rule: ApprovalRuleObject
+    history: list[VerdictObject] | None = None
+    campaigns: list[dict[str, Any]] | None = Field(None, description="GET by key: the campaigns reviewing it")
+
+
+class ConfigurationList(_Body):
+    object: Literal["list"] = "list"
+    data: list[ConfigurationObject]
+    approval_rule: ApprovalRuleObject
+
+
+class TierRow(_Body):
+    """A tier and whether it can serve a clip of the asked duration (with the reason when not)."""
+
+    name: str
+    steps: int | None = Field(description="null: a remote tier that runs its server's default")
+    status: str
+    available: bool
+    reason: str
+    techniques: list[str]
+    description: str
+    config: dict[str, Any]
+    random_weights: bool | None = None
+    lora_weights: str | None = None
+    lora_text: str | None = None
+    remotes: list[dict[str, Any]] | None = None
+
+
+class TierList(_Body):
+    object: Literal["list"] = "list"
+    data: list[TierRow]
+
+
+class QueueObject(_Body):
+    running: str | None = Field(description="the running job's video id")
+    queued: list[str]
+    max_queued: int
+
+
+class RemoteList(_Body):
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
