@@ -47,6 +47,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_tiers.py::test_merged_turbo_computes_what_the_unmerged_hooks_do": ("slow",),
     "tests/test_fp8.py::test_fp8_block_is_close_to_the_stock_block_and_leaves_it_stock": ("slow",),
     "tests/test_fp8.py::test_fp8_tiers_run_on_the_nano_and_leave_the_model_as_it_was": ("slow",),
+    "tests/test_bench.py::test_e2e_bench_runs_real_generate_per_tier_and_merges_calls": ("slow",),
+    "tests/test_bench.py::test_tiny_decode_measures_only_the_requests_asked_for": ("slow",),
 }
 
 
