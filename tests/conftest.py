@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before any test imports transformers or diffusers
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-import pytest  # noqa: E402
-
-# Markers (registered in pytest.ini) by module or by test, kept here so a module needs no edit to change tier.
+# Markers (registered in pyproject.toml) by module or by test, kept here so a module needs no edit to change tier.
 # "slow": 9 s or more in a --durations run on the shared 2-core CI machine; add a test here when it gets that slow.
 MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_ui_e2e.py": ("browser", "slow"),

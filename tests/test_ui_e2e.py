@@ -39,10 +39,10 @@ UI_TIMEOUT_MS = 30_000
 
 
 def serve(argv: list[str]) -> None:
-    """The studio as app.py builds it, with a 1-prompt approval rule (run as ``python test_ui_e2e.py --serve``)."""
+    """The studio as app.py builds it, with a 1-prompt approval rule (run as ``python -m tests.test_ui_e2e --serve``
+    from the repository root)."""
     import argparse
 
-    sys.path.insert(0, str(ROOT))
     import torch
 
     torch.set_num_threads(1)  # the test box has 2 shared cores: one thread is ~10× faster under load
@@ -101,7 +101,8 @@ def running_studio(data_dir: Path, name: str, *extra: str):
            "TRANSFORMERS_OFFLINE": "1"}
     with open(ARTIFACTS / f"{name}.log", "w") as log:
         process = subprocess.Popen(
-            [sys.executable, __file__, "--serve", "--port", str(port), "--data-dir", str(data_dir), *extra],
+            [sys.executable, "-m", "tests.test_ui_e2e", "--serve", "--port", str(port), "--data-dir", str(data_dir),
+             *extra],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
         url = f"http://127.0.0.1:{port}/"
         try:

@@ -100,8 +100,7 @@ def test_the_uis_clip_copies_go_away_with_the_server(tmp_path: Path):
     """A server's private copies (studio.ui.media.MediaDir) are removed when its process exits, not left in the
     shared temp dir until the next start."""
     script = textwrap.dedent(f"""
-        import sys, tempfile
-        sys.path.insert(0, {str(ROOT)!r})
+        import tempfile
         tempfile.tempdir = {str(tmp_path / "tmp")!r}
         from studio.ui.media import MediaDir
         media = MediaDir({str(tmp_path / "data")!r})
@@ -110,7 +109,7 @@ def test_the_uis_clip_copies_go_away_with_the_server(tmp_path: Path):
     """)
     (tmp_path / "tmp").mkdir()
     (tmp_path / "clip.mp4").write_bytes(b"\0" * 64)
-    copy = Path(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
-                .stdout.strip())
+    copy = Path(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
+                               cwd=ROOT).stdout.strip())  # python -c imports from its working directory
     assert copy.name.startswith("cd") and str(copy).startswith(str(tmp_path / "tmp"))
     assert not copy.exists() and not copy.parent.exists()
