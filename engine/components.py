@@ -151,6 +151,10 @@ def _load_one(spec: ComponentSpec, folder: Path, dtype: torch.dtype, device: tor
         return transformers.Qwen2TokenizerFast.from_pretrained(folder, local_files_only=True)
     if spec.kind == "scheduler":
         return diffusers.MiniMaxH3Scheduler.from_pretrained(folder, local_files_only=True)
+    if spec.folder == "text_encoder":  # only what H3 runs: layers 0..50, no LM head, vision on first image
+        from engine.conditioner import load_conditioner
+
+        return load_conditioner(folder, dtype, device)
     cls = getattr(diffusers, spec.class_name, None) or getattr(transformers, spec.class_name)
     model = cls.from_pretrained(folder, torch_dtype=dtype, use_safetensors=True, local_files_only=True)
     return model.to(device).eval().requires_grad_(False)

@@ -30,6 +30,7 @@ from engine.errors import RequestError
 from engine.interface import RequestPlan, plan_request, task_tier_config, tier_plan
 from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
 from engine.media import encode_mp4
+from engine.memory import Machine
 from engine.request import GenerationRequest, ModelLimits
 from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode_text, frames_to_uint8, prepare_noise
 from engine.tasks import (
@@ -96,10 +97,16 @@ class Engine:
     """One loaded model serving one request at a time (requests queue on a lock)."""
 
     def __init__(self, components: Components, tiers: TierTable | None = None,
-                 parallel: ParallelContext | None = None):
-        """`parallel` makes this engine one rank of a sequence-parallel group (None: the single-process engine)."""
+                 parallel: ParallelContext | None = None, machine: Machine | None = None):
+        """`parallel` makes this engine one rank of a sequence-parallel group (None: the single-process engine).
+        `machine` (engine/memory.py) plans memory for it: the conditioner's placement, and requests that cannot
+        fit are refused in `validate` (None: no plan, as on the CPU)."""
+        from engine.placement import apply_plan, plan_for
+
         self.components = components
         self.parallel = parallel
+        self.memory = plan_for(components.path, machine, components.geometry) if machine is not None else None
+        self._placement_hooks = apply_plan(components, self.memory.plan if self.memory else None)
         self.tiers = tiers or TierTable.load()
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
         self._lock = threading.Lock()
@@ -113,8 +120,16 @@ class Engine:
             self._fp8_for(components.transformer)
 
     @classmethod
-    def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None) -> Engine:
-        return cls(load_components(model_path, device=device), TierTable.load(tiers_file))
+    def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None,
+             machine: Machine | None = None) -> Engine:
+        """Load and plan: on a GPU the conditioner is read to the CPU first and placed once the plan is made."""
+        from engine.placement import machine_here
+
+        device_obj = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        machine = machine or machine_here(device_obj)
+        placement = {"text_encoder": "cpu"} if machine is not None else None
+        components = load_components(model_path, device=device, placement=placement)
+        return cls(components, TierTable.load(tiers_file), machine=machine)
 
     @property
     def model_id(self) -> str:
@@ -138,6 +153,8 @@ class Engine:
         if self.tiers.get(request.tier).fp8 and not self.fp8_ready:
             raise RequestError("tier", f"{request.tier} is unavailable: fp8 tiers run on the single-process engine "
                                "(sequence-parallel workers keep bf16 shards)")
+        if self.memory is not None:  # refuse what this machine cannot hold, before anything runs
+            self.memory.check(request, self.components.tokenizer)
         return request
 
     def plan(self, payload: dict | GenerationRequest) -> RequestPlan:

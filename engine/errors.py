@@ -33,3 +33,16 @@ class ModelLoadError(RuntimeError):
 class GenerationCancelled(RuntimeError):
     """Raised inside the denoising loop when the caller's cancel flag is set."""
 
+
+
+class InsufficientMemory(RequestError):
+    """A valid request this machine cannot hold (engine/memory.py): refused before it starts, naming the field to
+    change, the shortfall and the longest duration that fits. As a RequestError it is the CLI's `error: …` (exit
+    2), REST's 400 naming the field and the UI's message beside it; the server keeps serving."""
+
+    def __init__(self, field: str, message: str, short_bytes: int):
+        super().__init__(field, message)
+        self.short_bytes = short_bytes
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "short_bytes": self.short_bytes}

@@ -1,0 +1,127 @@
+"""The memory plan of a running engine: this machine, the plan for it, the conditioner's placement at run time,
+and the guard that refuses a request before it starts.
+
+- `machine_here(device, world)`: one device's memory (CUDA), the world size and the free host memory.
+- `plan_for(root, machine)`: engine/memory.py's pure plan, fed with sizes and activations computed from the
+  checkpoint's configs (engine/footprint.py), held for the longest request the model allows.
+- `MemoryGuard.check(request)`: raises `InsufficientMemory` naming `duration_seconds`, the shortfall and the
+  longest duration that fits, before any stage runs.
+- `apply_plan(components, plan)`: resident puts the conditioner on the GPU; offload keeps the conditioner in CPU memory and moves it onto
+  the GPU only to encode; reload frees it after encoding and reads it from disk for the next prompt. Both hang off
+  forward pre-hooks (on the conditioner: bring it; on the transformer: send it away), so the stages are unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.errors import InsufficientMemory
+from engine.memory import GiB, Machine, MemoryPlan, RequestCost, Sizes, gib, plan_memory
+
+LONGEST_SECONDS = 14.375  # diffusers' longest MiniMax-H3 request: 345 frames, 104k rows at 1344x768
+PLAN_TEXT_TOKENS = 512  # prompt rows the plan reserves; a request is checked with its own count
+
+
+def host_free_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def machine_here(device: torch.device, world: int = 1) -> Machine | None:
+    """This process's device as a `Machine`; None on the CPU (the nano needs no plan)."""
+    if device.type != "cuda":
+        return None
+    properties = torch.cuda.get_device_properties(device)
+    return Machine(properties.total_memory, world, host_free_bytes(), f"{world}x{properties.name}")
+
+
+@dataclass
+class MemoryGuard:
+    """The plan of one engine and the request check built on it."""
+
+    plan: MemoryPlan
+    root: Path
+    geometry: object  # engine.layout.ModelGeometry
+
+    def cost(self, duration_seconds: float, text_tokens: int, aspect_ratio: str = "16:9",
+             short_edge: int | None = None) -> RequestCost:
+        from engine.footprint import request_cost
+
+        return request_cost(self.root, self.geometry, duration_seconds, text_tokens, aspect_ratio, short_edge)
+
+    def check(self, request, tokenizer) -> None:
+        """Raise `InsufficientMemory` if `request` cannot be held; nothing has run yet when it is raised."""
+        text_tokens = len(tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
+        cost = self.cost(request.duration_seconds, text_tokens, request.aspect_ratio, request.short_edge)
+        if self.plan.fits(cost):
+            return
+        longest = self.longest_fitting(text_tokens, request.aspect_ratio, request.short_edge)
+        hint = (f"; the longest that fits is {longest:g} s" if longest is not None
+                else "; no duration fits this machine at this size")
+        raise InsufficientMemory("duration_seconds", self.plan.describe(cost) + hint, self.plan.shortfall(cost))
+
+    def longest_fitting(self, text_tokens: int, aspect_ratio: str, short_edge: int | None) -> float | None:
+        """The longest duration on a 0.125 s grid from 5 s that fits, or None."""
+        best, seconds = None, 5.0
+        while seconds <= LONGEST_SECONDS:
+            if not self.plan.fits(self.cost(seconds, text_tokens, aspect_ratio, short_edge)):
+                break
+            best, seconds = seconds, seconds + 0.125
+        return best
+
+    def to_dict(self) -> dict:
+        costs = [self.cost(seconds, PLAN_TEXT_TOKENS) for seconds in (5.0, LONGEST_SECONDS)]
+        return self.plan.to_dict(costs)
+
+
+def plan_for(root: str | Path, machine: Machine, geometry) -> MemoryGuard:
+    """Plan the checkpoint at `root` (configs only) for `machine`, holding the longest request."""
+    from engine.footprint import component_sizes, request_cost
+
+    sizes = Sizes.of(component_sizes(root))
+    longest = request_cost(root, geometry, LONGEST_SECONDS, PLAN_TEXT_TOKENS)
+    return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry)
+
+
+def apply_plan(components, plan: MemoryPlan | None) -> list:
+    """Put the conditioner where `plan` says. resident/sharded (or no plan): on the engine's device. offload: in
+    CPU memory, moved onto the GPU to encode and back when the transformer starts. reload: the same, but dropped
+    (meta) after encoding and read from disk again for the next prompt. Returns the hook handles."""
+    encoder, device = components.text_encoder, components.device
+    if encoder is None:
+        return []
+    if plan is None or plan.placement not in ("offload", "reload"):
+        encoder.to(device)
+        return []
+    folder, dtype = Path(components.path) / "text_encoder", components.dtype
+    reload = plan.placement == "reload"
+    encoder.to("cpu")
+
+    def bring(module, args, kwargs):
+        parameter = next(encoder.parameters())
+        if parameter.is_meta:
+            from engine.conditioner import load_conditioner
+
+            encoder.load_state_dict(load_conditioner(folder, dtype, device).state_dict(), assign=True)
+        elif parameter.device != device:
+            encoder.to(device)
+        return args, kwargs
+
+    def send_away(module, args, kwargs):
+        if next(encoder.parameters()).device == device:
+            encoder.to("meta" if reload else "cpu")
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        return args, kwargs
+
+    return [encoder.model.register_forward_pre_hook(bring, with_kwargs=True),
+            components.transformer.register_forward_pre_hook(send_away, with_kwargs=True)]
+
+
+__all__ = ["GiB", "LONGEST_SECONDS", "MemoryGuard", "apply_plan", "gib", "machine_here", "plan_for"]
