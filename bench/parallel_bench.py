@@ -204,7 +204,7 @@ def markdown(records: list[dict], args: argparse.Namespace, device_name: str) ->
     lines = [
         f"# FSDP2 + Ulysses step time ({args.config} model, {records[0]['tokens']:,} tokens)",
         "",
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {device_name}, torch {torch.__version__}, "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {device_name}, torch {torch.__version__}, "
         f"{args.warmup} warm-up + {args.steps} timed forwards per world size (median reported). NVLink multicast off "
         "(NCCL_NVLS_ENABLE=0).",
         "",

@@ -155,7 +155,7 @@ def report(command: str, device_before: str, device_after: str, cold: list[tuple
     lines = [
         "# Serving latency (bench/serve_latency.py)",
         "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
         f"- Device: {device_before}",
         f"- After the run: {device_after.split(', ', 2)[-1]}",
         f"- Command: `{command}`",

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from db import validate as check
 from db.errors import Conflict, NotFound, StoreError
+from db.keys import new_id, utc_now
 from db.models import BlindAssignment, Pair
 from db.records import REASONS, VerdictRecord, _Record
-from db.keys import new_id, utc_now
 from db.store import Store
 from db.verdicts import add_version, clean_change_note, version_to_supersede
 
@@ -140,4 +140,4 @@ def _row(session: Session, assignment_id: str) -> BlindAssignment:
 
 def _record(row: BlindAssignment) -> BlindRecord:
     return BlindRecord(id=row.id, pair_id=row.pair_id, reviewer=row.reviewer, a_role=row.a_role,
-                       created_at=row.created_at.replace(tzinfo=timezone.utc), verdict_id=row.verdict_id)
+                       created_at=row.created_at.replace(tzinfo=UTC), verdict_id=row.verdict_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -24,10 +24,9 @@ from db import approval
 from db import validate as check
 from db.convert import verdict_record
 from db.errors import Conflict, NotFound, StoreError
-from db.keys import canonical_json
+from db.keys import canonical_json, new_id, utc_now
 from db.models import Campaign, CampaignItem, Pair, Verdict
 from db.records import _Record
-from db.keys import new_id, utc_now
 from db.store import Store
 
 MAX_ITEMS = 1000  # prompts × seeds of one campaign
@@ -153,7 +152,8 @@ class CampaignStore:
                  .where(Campaign.status == "running", CampaignItem.state == "pending")
                  .order_by(Campaign.seq, CampaignItem.position).limit(limit))
         return self.store._read(lambda s: [
-            PendingItem(item.seq, item.campaign_id, c.tier, item.prompt, item.seed, json.loads(c.settings_json), c.created_by)
+            PendingItem(item.seq, item.campaign_id, c.tier, item.prompt, item.seed, json.loads(c.settings_json),
+                        c.created_by)
             for item, c in s.execute(query)])
 
     def progress(self, campaign_id: str, reviewer: str | None = None, min_reviewers: int = 1) -> dict[str, Any]:
@@ -212,8 +212,8 @@ def _row(session: Session, campaign_id: str) -> Campaign:
 def _record(row: Campaign) -> CampaignRecord:
     return CampaignRecord(id=row.id, name=row.name, tier=row.tier, settings=json.loads(row.settings_json),
                           status=row.status, created_by=row.created_by,
-                          created_at=row.created_at.replace(tzinfo=timezone.utc),
-                          updated_at=row.updated_at.replace(tzinfo=timezone.utc))
+                          created_at=row.created_at.replace(tzinfo=UTC),
+                          updated_at=row.updated_at.replace(tzinfo=UTC))
 
 
 def _items_query(campaign_id: str) -> Any:

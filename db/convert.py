@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from db.records import ApprovalRule, ClipRecord, PairRecord, VerdictRecord, Vide
 
 def _aware(value: datetime | None) -> datetime | None:
     """Label a stored naive-UTC datetime as UTC for callers."""
-    return None if value is None else value.replace(tzinfo=timezone.utc)
+    return None if value is None else value.replace(tzinfo=UTC)
 
 
 def _loads(text: str | None) -> Any:

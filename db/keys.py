@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from db.errors import StoreError
@@ -89,4 +89,4 @@ def new_id(prefix: str) -> str:
 
 def utc_now() -> datetime:
     """Current time as naive UTC (the storage form)."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)

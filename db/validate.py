@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from db.errors import StoreError
@@ -84,5 +84,5 @@ def utc_naive(value: Any, field: str) -> datetime | None:
     if not isinstance(value, datetime):
         raise StoreError(field, "must be a datetime or null")
     if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(UTC).replace(tzinfo=None)
     return value

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import timezone
+from datetime import UTC
 from typing import Any, TypeVar
 
 from sqlalchemy import Select, select
@@ -116,7 +116,7 @@ class ReviewStore:
         def work(session: Session) -> list[dict[str, Any]]:
             rows = session.scalars(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq))
             return [{**rule_of(r).as_dict(), "changed_by": r.changed_by,
-                     "created_at": r.created_at.replace(tzinfo=timezone.utc).isoformat()} for r in rows]
+                     "created_at": r.created_at.replace(tzinfo=UTC).isoformat()} for r in rows]
 
         return self._read(work)
 

@@ -18,9 +18,9 @@ cuDNN/flash on the GPU.
 from __future__ import annotations
 
 import hashlib
-import os
 import json
 import math
+import os
 import weakref
 from dataclasses import dataclass
 from pathlib import Path

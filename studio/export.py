@@ -12,7 +12,7 @@ import json
 import re
 import zipfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ def export_pairs(store: Store, pair_ids: list[str] | None, out_dir: Path) -> Pat
     and ClipIntegrityError if a clip file is missing or no longer matches its sha256.
     """
     pairs = _select_pairs(store, pair_ids)
-    exported_at = datetime.now(timezone.utc).replace(microsecond=0)
+    exported_at = datetime.now(UTC).replace(microsecond=0)
     entries = [_pair_entry(store, index, pair) for index, pair in enumerate(pairs, start=1)]
     manifest = _manifest(store, entries, exported_at)
     out_dir = Path(out_dir)

@@ -16,9 +16,10 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ContextManager
+from typing import Any
 
 from db import ClipRecord, PairRecord, Store, VideoRecord, tier_config_hash
 from db.errors import Conflict, NotFound
@@ -45,7 +46,7 @@ _CANDIDATE_RENAMES = {**_TARGET_RENAMES}
 
 # enqueue(plan, video_id): put a planned job in the queue slot reserved for it
 Enqueue = Callable[[RequestPlan, str], None]
-Reserve = Callable[[list[RequestPlan]], ContextManager[Enqueue]]
+Reserve = Callable[[list[RequestPlan]], AbstractContextManager[Enqueue]]
 VideoRequest = Callable[..., dict[str, Any]]
 
 

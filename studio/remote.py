@@ -32,8 +32,8 @@ from urllib.parse import urlparse
 import httpx
 
 from engine.errors import GenerationCancelled, RequestError
-from engine.media import probe_mp4
 from engine.interface import RequestPlan
+from engine.media import probe_mp4
 from engine.request import MAX_STEPS, MIN_STEPS, GenerationRequest, ModelLimits, validate_request
 
 log = logging.getLogger(__name__)

@@ -410,7 +410,8 @@ class StudioService:
         """A pair with both clips, timings, speed-ups, cost, metrics and verdicts (NotFound naming pair_id)."""
         return self._pair_view(self.store.get_pair(pair_id))
 
-    def list_pairs(self, status: str | None = None, configuration_key: str | None = None, **page: Any) -> list[PairView]:
+    def list_pairs(self, status: str | None = None, configuration_key: str | None = None,
+                   **page: Any) -> list[PairView]:
         """Pairs newest first, optionally by status and configuration; ``page``: Store.list_pairs' after, limit."""
         return [self._pair_view(p) for p in self.store.list_pairs(status=status, configuration_key=configuration_key,
                                                                   **page)]

@@ -252,10 +252,9 @@ def _():
 
 @check("fused_model_interpreter")
 def _():
-    from tests.nano_inputs import nano_model_and_inputs
-
     from engine.attention import AttentionRuntime, install_processors
     from engine.fused import disable_fused_blocks, enable_fused_blocks
+    from tests.nano_inputs import nano_model_and_inputs
 
     model, inputs = nano_model_and_inputs()
     rows = inputs["position_ids"].shape[0]

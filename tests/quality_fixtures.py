@@ -17,7 +17,7 @@ from studio.quality import CachedComparison, ClipData, compare_clips
 from studio.quality.summary import QualitySummary
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _summary(frames: int, shift: int) -> tuple[tuple[str, Any], ...]:
     rng = np.random.default_rng(0)
     base = rng.integers(0, 255, (frames, 32, 48, 3), dtype=np.uint8)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +210,7 @@ def test_video_job_life_cycle(store: Store) -> None:
     video = store.create_video({"prompt": "p", "seed": 1}, "fast", model=MODEL)
     assert video.id.startswith("video_") and len(video.id) == len("video_") + 32
     assert (video.status, video.progress, video.completed_at) == ("queued", 0, None)
-    assert video.created_at.tzinfo == timezone.utc
+    assert video.created_at.tzinfo == UTC
     video = store.update_video(video.id, status="in_progress", progress=40)
     assert (video.status, video.progress) == ("in_progress", 40)
     with pytest.raises(StoreError) as err:
@@ -367,14 +367,14 @@ def test_a_failing_write_rolls_back_completely(store: Store, monkeypatch: pytest
 
 def test_verdict_snapshots_the_reviewed_configuration(store: Store) -> None:
     pair = completed_pair(store, "a fox")
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     verdict = store.add_verdict(pair.id, " ana ", "reject", ["ghosting", "blur", "ghosting"], "edges smear")
     assert verdict.id.startswith("verdict_")
     assert (verdict.pair_id, verdict.reviewer, verdict.decision) == (pair.id, "ana", "reject")
     assert verdict.reasons == ("ghosting", "blur")
     assert verdict.tier_config == {**FAST_TIER, "name": "fast"}
     assert verdict.prompt == "a fox" and verdict.configuration_key == pair.configuration_key
-    assert verdict.created_at.tzinfo == timezone.utc and verdict.created_at >= before.replace(microsecond=0)
+    assert verdict.created_at.tzinfo == UTC and verdict.created_at >= before.replace(microsecond=0)
     assert store.list_verdicts(pair_id=pair.id) == [verdict]
 
 

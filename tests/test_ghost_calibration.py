@@ -113,9 +113,9 @@ def _lpips_scorer() -> tuple[LpipsScorer | None, str]:
     if scorer is not None:
         return scorer, "lpips"
     if not _scorer:
-        from tests.lpips_stub import random_backbone_lpips
-
         import torch
+
+        from tests.lpips_stub import random_backbone_lpips
 
         torch.set_num_threads(1)  # two worker processes on two cores
         model = random_backbone_lpips()

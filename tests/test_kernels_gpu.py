@@ -47,8 +47,8 @@ def poison_like(x):
 def configs():
     """Yields the kernel modules' config dicts and restores them afterwards (tests below try sweep configs)."""
     from kernels import block_sparse_attn as bsa
-    from kernels import tile_select as sel
     from kernels import qk_norm_rope as qr
+    from kernels import tile_select as sel
 
     dicts = (qr.CONFIG, bsa.CONFIG, sel.TOPK_CONFIG, sel.POOL_CONFIG, sel.SCORES_CONFIG)
     saved = [dict(d) for d in dicts]
@@ -236,8 +236,7 @@ def test_strict_mode_raises_on_kernel_failure(monkeypatch):
 
 def test_fused_block_real_width():
     """One full-width H3 block in bf16, fused vs stock, both against an fp32 copy of the stock block."""
-    from diffusers.models.transformers.transformer_minimax_h3 import (MiniMaxH3RotaryPosEmbed,
-                                                                     MiniMaxH3TransformerBlock)
+    from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed, MiniMaxH3TransformerBlock
 
     from engine.attention import AttentionRuntime, StudioAttnProcessor
     from engine.fused import disable_fused_blocks, enable_fused_blocks
@@ -325,8 +324,7 @@ def test_fp8_linear_scaled_mm_real_shape(n, k):
 
 def test_fp8_block_real_width():
     """The full-width block on fp8 linears (fused kernels, engine hooks) against the fp32 block."""
-    from diffusers.models.transformers.transformer_minimax_h3 import (MiniMaxH3RotaryPosEmbed,
-                                                                      MiniMaxH3TransformerBlock)
+    from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed, MiniMaxH3TransformerBlock
 
     from engine.attention import AttentionRuntime, StudioAttnProcessor
     from engine.fp8 import FP8_HOOK, install_fp8_linears, remove_fp8_linears

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from studio.quality import ClipData, compare_clips, synth, write_clip
-from studio.quality import lpips_metric, lpips_net
+from studio.quality import ClipData, compare_clips, lpips_metric, lpips_net, synth, write_clip
 from tests.lpips_stub import random_backbone_lpips
 
 ROOT = Path(__file__).resolve().parent.parent

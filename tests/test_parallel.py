@@ -15,9 +15,9 @@ import sys
 import numpy as np
 import pytest
 
+from engine.distributed import MeshShape
 from engine.engine import Engine
 from engine.errors import GenerationCancelled, RequestError
-from engine.distributed import MeshShape
 from engine.parallel import Fault, ParallelEngine, ParallelWorkerError
 from engine.tiers import TierTable
 

@@ -140,7 +140,8 @@ class QualitySummary:
             raise SummaryError(f"malformed quality summary: {error}") from None
         overlays = None
         if data.get("directory") is not None:
-            overlays = OverlayFiles(str(data["directory"]), *(tuple(map(str, data.get(k) or ())) for k in _FILE_KEYS[1:]))
+            paths = (tuple(map(str, data.get(key) or ())) for key in _FILE_KEYS[1:])
+            overlays = OverlayFiles(str(data["directory"]), *paths)
         scalars = {f.name: data.get(f.name, f.default) for f in fields(cls)
                    if f.name not in ("per_frame", "gates", "audio", "overlays", "suggestion_reasons")}
         return cls(**scalars, per_frame=rows, gates=gates, audio=audio, overlays=overlays,

@@ -99,7 +99,8 @@ def status_html(service: StudioService) -> str:
             f" · remote servers: {sum(r['health'] == 'healthy' for r in remotes)} of {len(remotes)} healthy"
         return (f"<span class='h3-badge'>engine ready</span> {html.escape(str(health.get('model')))}"
                 f"{random_badge(health)} · {running}"
-                f" · {waiting} waiting (max {queue.get('max_queued')}) · quality: {html.escape(str(health.get('quality')))}"
+                f" · {waiting} waiting (max {queue.get('max_queued')})"
+                f" · quality: {html.escape(str(health.get('quality')))}"
                 f"{servers}")
     if state == "loading":
         return "<span class='h3-warn'>engine loading…</span> reads work now; generating waits until it is ready"

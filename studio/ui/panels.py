@@ -29,7 +29,8 @@ def pair_summary_html(view, service: StudioService | None) -> str:
     engines = {role: video.engine for role, video in (("baseline", view.baseline), ("candidate", view.candidate))
                if video is not None}
     if any(engine != "local" for engine in engines.values()):
-        lines.append("<b>Made by</b> " + " · ".join(f"{role}: {html.escape(engine)}" for role, engine in engines.items())
+        made_by = " · ".join(f"{role}: {html.escape(engine)}" for role, engine in engines.items())
+        lines.append("<b>Made by</b> " + made_by
                      + " (speed-ups use each server's own inference_time_s)")
     speed = f"{view.speedup:.2f}×" if view.speedup else "—"
     denoise = f"{view.denoise_speedup:.2f}×" if view.denoise_speedup else "—"
