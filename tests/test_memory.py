@@ -65,13 +65,18 @@ def test_four_80gb_gpus_shard_the_conditioner(released):
     assert per_rank["requests"]["14.375 s"]["fits"] and per_rank["weights_GiB_rank0"] < 40
 
 
-def test_one_80gb_gpu_refuses_the_long_request_and_names_the_shortfall(released):
+def test_one_80gb_gpu_cannot_serve_and_says_where_it_falls_short(released):
     sizes, costs = released
     plan = plan_memory(Sizes.of(sizes), costs[14.375], Machine(H100, 1))
-    assert plan.placement in ("offload", "reload")  # the lowest peak; nothing holds 14.375 s
-    assert not plan.fits(costs[14.375]) and plan.fits(costs[5.0])
+    # offload and reload still bring the whole conditioner beside the resident transformer to encode
+    assert plan.placement == "offload" and plan.tried["reload"] == plan.tried["offload"]
+    assert plan.peak(costs[5.0])[0] == "encode" and not plan.fits(costs[5.0])
     message = plan.describe(costs[14.375])
-    assert "14.375 s" in message and "short" in message and "denoise" in message
+    assert message.startswith("a 14.375 s request needs") and "at encode" in message and "GiB short" in message
+    # without the conditioner the transformer alone would hold 5 s but not 14.375 s on this GPU
+    alone = Sizes(sizes.transformer, sizes.transformer_unit, 0, 0, sizes.vae + sizes.audio_vae)
+    assert plan_memory(alone, costs[14.375], Machine(H100, 1)).fits(costs[5.0])
+    assert not plan_memory(alone, costs[14.375], Machine(H100, 1)).fits(costs[14.375])
 
 
 def test_without_host_memory_the_conditioner_is_reloaded():
