@@ -145,3 +145,24 @@ def test_the_feeder_leaves_room_for_reviewers_own_pairs():
     assert [runner(q, 8) for q in range(7)] == [True] * 5 + [False] * 2  # a pair takes 2 of the 8, 2 stay free
     assert runner(0, 2) and not runner(1, 2)  # a queue too small to spare places still feeds
     assert not runner(0, 0)  # the engine is loading
+
+
+def test_pending_items_are_queued_by_the_next_server(tmp_path, nano_engine):
+    """A campaign stored while nothing could run it (the server stopped, or was still loading) is picked up by the
+    next server on the data dir: its pending items become pairs."""
+    from db.campaigns import CampaignStore
+    from db.store import Store
+
+    settings = {"steps": 2, "baseline_steps": 2, "target": TARGET}
+    with Store(tmp_path / "data") as store:  # no engine and no feeder: the items stay pending
+        campaign = CampaignStore(store).create("left over", "turbo", settings, [("a red kite", 5)], "alice")
+        assert CampaignStore(store).progress(campaign.id)["items"] == {"pending": 1}
+    service = StudioService.open(tmp_path / "data", engine=nano_engine, quality_loader=lambda: None)
+    try:
+        done = wait_until(lambda: (p := service.campaigns.progress(campaign.id))["pairs"].get("completed") == 1
+                          and p, "the left-over pair")
+        assert (done["items"], done["status"]) == ({"queued": 1}, "finished")
+        pair = service.get_pair(service.campaigns.items(campaign.id)[0]["pair_id"])
+        assert (pair.prompt, pair.seed, pair.tier) == ("a red kite", 5, "turbo")
+    finally:
+        service.close()
