@@ -21,14 +21,37 @@ ROOT = NANO_PATH.parent.parent
 PROMPT = "a red circle moves left to right over a grey background"
 
 
-def _diffusers_pipeline(components):
+class _TextOnlyProcessor:
+    """Qwen3-VL's processor for text-only prompts (every token type 0); the test's own, not the engine's."""
+
+    @staticmethod
+    def create_mm_token_type_ids(input_ids):
+        return [[0] * len(ids) for ids in input_ids]
+
+
+def _fresh_diffusers_pipeline():
+    """MiniMaxH3ModularPipeline on components loaded here from the nano folder with diffusers' and transformers'
+    own from_pretrained: no object is shared with the engine, so an engine-side change (a scheduler's sigma shift,
+    a patched transformer) makes the two differ."""
+    import diffusers
+    import transformers
     from diffusers.modular_pipelines.minimax_h3.modular_blocks_minimax_h3 import MiniMaxH3Blocks
+
+    def model(cls, folder):
+        return cls.from_pretrained(NANO_PATH / folder, torch_dtype=torch.float32, use_safetensors=True,
+                                   local_files_only=True).eval()
 
     pipe = MiniMaxH3Blocks().init_pipeline()
     pipe.update_components(
-        transformer=components.transformer, vae=components.vae, audio_vae=components.audio_vae,
-        text_encoder=components.text_encoder, tokenizer=components.tokenizer, scheduler=components.scheduler,
-        audio_scheduler=components.audio_scheduler, processor=stages._TextOnlyTokenTypes(),
+        transformer=model(diffusers.MiniMaxH3Transformer3DModel, "transformer"),
+        vae=model(diffusers.AutoencoderKLMiniMaxH3, "vae"),
+        audio_vae=model(diffusers.AutoencoderKLMiniMaxH3Audio, "audio_vae"),
+        text_encoder=model(transformers.Qwen3VLForConditionalGeneration, "text_encoder"),
+        tokenizer=transformers.Qwen2TokenizerFast.from_pretrained(NANO_PATH / "tokenizer", local_files_only=True),
+        scheduler=diffusers.MiniMaxH3Scheduler.from_pretrained(NANO_PATH / "scheduler", local_files_only=True),
+        audio_scheduler=diffusers.MiniMaxH3Scheduler.from_pretrained(NANO_PATH / "audio_scheduler",
+                                                                     local_files_only=True),
+        processor=_TextOnlyProcessor(),
     )
     return pipe
 
@@ -44,7 +67,10 @@ def test_baseline_equals_diffusers_modular_pipeline(nano_components):
     frames = stages.decode_video(components, canvas, video)
     waveform = stages.decode_audio(components, canvas, audio)
 
-    out = _diffusers_pipeline(components)(
+    pipe = _fresh_diffusers_pipeline()
+    for name in ("transformer", "vae", "audio_vae", "text_encoder", "tokenizer", "scheduler", "audio_scheduler"):
+        assert getattr(pipe, name) is not getattr(components, name), name
+    out = pipe(
         prompt=PROMPT, num_frames=canvas.num_frames, height=canvas.height, width=canvas.width,
         num_inference_steps=steps + 1, generator=torch.Generator("cpu").manual_seed(seed), output_type="np",
         output=["videos", "audio"],

@@ -1,5 +1,6 @@
 """The Compare tab: both clips of a pair side by side, played from one clock, frame by frame with per-frame
-metrics, a wipe, a difference heatmap and the ghost overlay, the quality summary, and both soundtracks.
+metrics, a wipe, a difference heatmap, the ghost overlay and the FLIP error map, the quality summary, and both
+soundtracks.
 
 Every handler reads the stored pair through :class:`studio.service.StudioService` and the stored clip files
 (decoded once per clip by the shared ClipCache); nothing here computes a metric.
@@ -15,6 +16,7 @@ import gradio as gr
 from db.errors import StoreError
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui.common import completed_pair_dropdown, error_html
+from studio.ui.conditioning import NANO_NOTE, conditioning_items
 from studio.ui.compare_data import (
     NOT_AVAILABLE,
     PICK,
@@ -38,7 +40,8 @@ from studio.ui.player import (
     SEEK_ON_SLIDE_JS,
 )
 
-VIEWS = ("Wipe (drag the handle)", "|Δ| heatmap", "Ghost overlay")
+VIEWS = ("Wipe (drag the handle)", "|Δ| heatmap", "Ghost overlay", "FLIP error map")
+OVERLAY_KINDS = {VIEWS[1]: "diff", VIEWS[2]: "ghost", VIEWS[3]: "flip"}  # view -> studio.quality overlay kind
 
 
 def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir, overlays: Overlays) -> dict[str, Any]:
@@ -47,6 +50,10 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
         refresh = gr.Button("Refresh list", scale=1, size="sm")
         recompute = gr.Button("Compute metrics", scale=1, size="sm", elem_id="h3-compute-metrics")
     header = gr.HTML("<p>Pick a pair to compare.</p>", js_on_load=None, elem_id="h3-compare-header")
+    # fl2va/ref2va pairs: each keyframe or reference beside the first/last generated frames and |difference|
+    conditioning = gr.Gallery(label="Conditioning inputs beside the frames they condition, with |difference|",
+                              visible=False, columns=4, height=280, elem_id="h3-conditioning")
+    conditioning_note = gr.HTML("", js_on_load=None, elem_id="h3-conditioning-note")
     with gr.Row():
         video_b = gr.Video(label="Baseline", interactive=False, elem_id=BASELINE_VIDEO_ID, loop=True, height=300)
         video_c = gr.Video(label="Accelerated", interactive=False, elem_id=CANDIDATE_VIDEO_ID, loop=True,
@@ -91,6 +98,20 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
         view_ = service.get_pair(pair_id)
         return view_, (PairFrames(clips, view_) if pair_ready(view_) else None)
 
+    def conditioning_of(view_, frames_):
+        """The conditioning gallery and its note; hidden for t2va pairs."""
+        request = view_.candidate.request if view_.candidate is not None else {}
+        if frames_ is None or not request.get("inputs"):
+            return gr.update(value=None, visible=False), ""
+        firsts = {"baseline": frames_.baseline.frames[0], "accelerated": frames_.candidate.frames[0]}
+        lasts = {"baseline": frames_.baseline.frames[-1], "accelerated": frames_.candidate.frames[-1]}
+        try:
+            items = conditioning_items(request, lambda sha: service.input_path(sha).read_bytes(), firsts, lasts)
+        except (StoreError, OSError) as error:
+            return gr.update(value=None, visible=False), error_html("inputs", f"cannot show the inputs: {error}")
+        note = f"<p><small>{request.get('task')}: {', '.join(request['inputs'])}. {NANO_NOTE}</small></p>"
+        return gr.update(value=items, visible=True), note
+
     def load(pair_id):
         empty = [gr.update()] * (len(load_outputs) - 1)
         if not pair_id:
@@ -116,16 +137,17 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
             gr.update(choices=keys, value=worst_key, visible=bool(keys)),
             quality_html(view_) + ("" if keys else f"<p>Per-frame metrics {NOT_AVAILABLE} for this pair.</p>"),
             gr.update(value=_plot_frame(series, ("psnr",)), visible="psnr" in series.values),
-            gr.update(value=_plot_frame(series, ("ssim", "lpips", "ghost")),
-                      visible=any(k in series.values for k in ("ssim", "lpips", "ghost"))),
+            gr.update(value=_plot_frame(series, ("ssim", "lpips", "ghost", "flip")),
+                      visible=any(k in series.values for k in ("ssim", "lpips", "ghost", "flip"))),
             gr.update(value=_worst_table(series, worst_key), visible=bool(keys)),
             media.wav(view_.baseline.clip_sha, frames_.baseline),
             media.wav(view_.candidate.clip_sha, frames_.candidate),
             audio_figure({"baseline": frames_.baseline, "accelerated": frames_.candidate}),
+            *conditioning_of(view_, frames_),
         ]
 
     load_outputs = [header, video_b, video_c, frame, worst_by, quality, plot_psnr, plot_other, worst_table,
-                    audio_b, audio_c, audio_plot]
+                    audio_b, audio_c, audio_plot, conditioning, conditioning_note]
 
     def render(pair_id, index, view_name):
         if not pair_id:
@@ -144,7 +166,7 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
         pictures = [gr.update(value=left, label=left_label), gr.update(value=right, label=right_label), text]
         if view_name == VIEWS[0]:
             return [*pictures, gr.update(value=(left, right), visible=True), gr.update(visible=False), ""]
-        image, note = overlays.image("diff" if view_name == VIEWS[1] else "ghost", view_.metrics, index)
+        image, note = overlays.image(OVERLAY_KINDS.get(view_name, "ghost"), view_.metrics, index)
         return [*pictures, gr.update(visible=False),
                 gr.update(value=image, visible=image is not None, label=f"{view_name} · frame {index}"),
                 f"<p><small>{note}</small></p>" if note else ""]

@@ -24,9 +24,12 @@ SERIES = (
     ("ssim", "SSIM", "", False),
     ("lpips", "LPIPS", "", True),
     ("ghost", "ghost score", "", True),
+    ("flip", "FLIP", "", True),
+    ("temporal", "temporal error", "levels", True),
 )
 # The FrameMetrics field each series reads.
-SERIES_FIELDS = {"psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "ghost": "ghost_score"}
+SERIES_FIELDS = {"psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "ghost": "ghost_score", "flip": "flip",
+                 "temporal": "temporal_error"}
 NOT_AVAILABLE = "not yet available"
 
 
@@ -116,7 +119,8 @@ class Overlays:
     module rendered.
     """
 
-    TITLES: ClassVar[dict[str, str]] = {"diff": "Absolute-difference heatmap", "ghost": "Ghosting overlay"}
+    TITLES: ClassVar[dict[str, str]] = {"diff": "Absolute-difference heatmap", "ghost": "Ghosting overlay",
+                                        "flip": "FLIP error map"}
 
     def __init__(self, quality_loader):
         self._quality_loader = quality_loader
@@ -143,6 +147,12 @@ class Overlays:
             return ("Black = identical; brighter = larger |accelerated − baseline| on a fixed scale, so equal colours "
                     "mean equal differences on every frame.")
         row = summary.per_frame[frame] if summary and frame < len(summary.per_frame) else None
+        if kind == "flip":
+            text = ("NVIDIA FLIP: the difference a viewer sees when flipping between the baseline and the accelerated "
+                    "frame (magma scale: black = none, yellow-white = the largest, 1).")
+            if row is not None and finite(row.flip):
+                text += f" This frame: mean FLIP {row.flip:.3g}."
+            return text
         text = "The baseline frame; magenta (outlined) marks where the detector found a faint second copy."
         if row is not None and finite(row.ghost_score):
             text += (f" This frame: ghost opacity {row.ghost_score:.3g}"
