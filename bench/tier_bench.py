@@ -8,6 +8,7 @@ All 50 H3 blocks are identical, so the bench builds the full-width transformer (
 (`StudioAttnProcessor`, `engine.fused`, `engine.lora` hooks):
   - the per-block time of a dense block, a sparse block at each keep ratio the tiers use, fused variants, and a
     dense block with a rank-64 LoRA on every projection;
+  - the same on fp8 linears (engine/fp8.py, the fp8 and sol-fp8 tiers), dense and at each keep ratio;
   - the per-step overhead outside the block stack (embeddings, text refiner, output heads);
   - the full-size video VAE and audio VAE decode.
 Clip times are then COMPOSED from those parts, tier by tier (steps × (overhead + blocks) + decode), and are
@@ -176,6 +177,7 @@ def measure_blocks(model, inputs, rows, grid, clock, keeps, tiny) -> dict:
             restore_processors(model, previous)
     finally:
         disable_fused_blocks(model)
+    results.update(measure_fp8_blocks(model, inputs, rows, grid, clock, keeps))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "lora.safetensors"
         random_lora(model, 8 if tiny else 64, path)
@@ -184,6 +186,27 @@ def measure_blocks(model, inputs, rows, grid, clock, keeps, tiny) -> dict:
             results["lora_dense"] = block_times(model, inputs, clock)[0]
         finally:
             handle.remove()
+    return results
+
+
+def measure_fp8_blocks(model, inputs, rows, grid, clock, keeps) -> dict:
+    """Per-block ms on fp8 linears (engine/fp8.py) over the fused ops: dense (the fp8 tier) and sparse (sol-fp8)."""
+    from engine.fp8 import install_fp8_linears, quantize_block_linears, remove_fp8_linears
+    from engine.fused import disable_fused_blocks, enable_fused_blocks
+
+    results = {}
+    weights = quantize_block_linears(model)
+    enable_fused_blocks(model, fp8=True)
+    install_fp8_linears(model, weights)
+    try:
+        for keep in (None, *keeps):
+            previous = install_sparse(model, inputs, rows, keep, fused=True, grid=grid)
+            name = "fp8_fused_dense" if keep is None else f"fp8_fused_sparse_{keep:g}"
+            results[name] = block_times(model, inputs, clock)[0]
+            restore_processors(model, previous)
+    finally:
+        remove_fp8_linears(model, weights)
+        disable_fused_blocks(model)
     return results
 
 
@@ -260,6 +283,11 @@ def compose(blocks: dict, decode: dict, layers: int = 50) -> dict:
         "turbo-sparse": clip("turbo-sparse", "dense", sparse),
         "turbo-sparse (unmerged LoRA hooks)": clip("turbo-sparse", "dense", sparse, lora_delta),
     }
+    if "fp8_fused_dense" in blocks:  # runs before the fp8 tiers existed have no fp8 blocks
+        fp8_sparse = f"fp8_fused_sparse_{tiers['sol-fp8'].sparse.keep_ratio:g}"
+        ms["fp8"] = clip("fp8", "fp8_fused_dense", "fp8_fused_dense")
+        ms["sol-fp8 (no cache hits)"] = clip("sol-fp8", "fp8_fused_dense", fp8_sparse)
+        ms["sol-fp8 (max cache hits)"] = clip("sol-fp8", "fp8_fused_dense", fp8_sparse, cache_hits=True)
     return {tier: (value + decode_ms) / 1e3 for tier, value in ms.items()}
 
 

@@ -73,6 +73,16 @@ def test_compose_follows_the_tier_schedules():
     assert clip["turbo-sparse"] == pytest.approx((step(100.0) + 8 * step(50.0) + decode) / 1e3)
 
 
+def test_compose_adds_the_fp8_tiers_when_their_blocks_were_measured():
+    assert "fp8" not in tier_bench.compose(BLOCKS, DECODE)  # older runs: no fp8 rows, no KeyError
+    blocks = {**BLOCKS, "fp8_fused_dense": 60.0, "fp8_fused_sparse_0.1": 30.0}
+    clip = tier_bench.compose(blocks, DECODE, layers=50)
+    step = lambda block, first=None: 10.0 + (block if first is None else first) + 49 * block  # noqa: E731
+    assert clip["fp8"] == pytest.approx((50 * step(60.0) + 1100.0) / 1e3)
+    assert clip["sol-fp8 (no cache hits)"] == pytest.approx((10 * step(60.0) + 40 * step(30.0, 60.0) + 1100.0) / 1e3)
+    assert clip["sol-fp8 (max cache hits)"] < clip["sol-fp8 (no cache hits)"] < clip["sol (no cache hits)"]
+
+
 def test_one_request_runs_to_the_end(tmp_path, monkeypatch):
     """`--requests 5s` used to crash composing 14.375s, whose decode was measured but whose blocks were not."""
     monkeypatch.setattr(tier_bench, "build_transformer", lambda tiny, device: object())
