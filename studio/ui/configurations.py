@@ -134,7 +134,8 @@ def _campaigns_html(campaigns: list[dict[str, Any]]) -> str:
 
 
 def _config_detail(config: dict[str, Any]) -> str:
-    state = "<span class='h3-badge'>approved</span>" if config["approved"] else "<span class='h3-warn'>not approved</span>"
+    state = ("<span class='h3-badge'>approved</span>" if config["approved"] else
+             "<span class='h3-warn'>not approved</span>")
     prompts = "".join(f"<li>{html.escape(p)}</li>" for p in config["accepted_prompts"]) or "<li>none yet</li>"
     return (f"<div class='h3-panel'><b>{html.escape(config['tier_name'])}</b> {state} · key "
             f"<code>{config['key']}</code> · model {html.escape(config['model_id'])} · "

@@ -256,7 +256,8 @@ def _history_rows(service: StudioService, pair_id: str | None) -> list[list[Any]
 def _recorded_html(service: StudioService, verdict) -> str:
     config = service.configuration(verdict.configuration_key)
     rule = config.get("rule", {})
-    state = "<span class='h3-badge'>approved</span>" if config["approved"] else "<span class='h3-warn'>not approved yet</span>"
+    state = ("<span class='h3-badge'>approved</span>" if config["approved"] else
+             "<span class='h3-warn'>not approved yet</span>")
     return (f"<div class='h3-panel'>Recorded <b>{html.escape(verdict.decision)}</b> by {html.escape(verdict.reviewer)}"
             f" on pair <code>{verdict.pair_id[-6:]}</code> ({html.escape(', '.join(verdict.reasons) or 'no reasons')})"
             f". Configuration <code>{verdict.configuration_key[:12]}</code>: {state} · {config['accepts']} accepts on "
