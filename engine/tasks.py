@@ -122,20 +122,30 @@ def _run_block(block, components: Components, outputs: list[str], **inputs) -> d
     return pipe(**inputs, output=outputs)
 
 
+def keyframes_on_canvas(first, last, width: int, height: int) -> tuple[list, tuple[str, ...]]:
+    """PIL keyframes → the keyframes on a width×height canvas and their anchors, by diffusers' MiniMaxH3ResizeStep
+    (the first stretched, a last after a first cover-cropped, a last alone stretched). Also what the studio's
+    Compare tab holds a generated frame against."""
+    from diffusers.modular_pipelines.minimax_h3.before_encoder import MiniMaxH3ResizeStep
+
+    out = MiniMaxH3ResizeStep().init_pipeline()(image=first, last_image=last, height=height, width=width,
+                                                 output=["keyframes", "keyframe_anchors"])
+    return list(out["keyframes"]), tuple(out["keyframe_anchors"])
+
+
 @torch.no_grad()
 def prepare_inputs(components: Components, canvas: Canvas, request: GenerationRequest) -> TaskInputs:
     """Put the keyframes on the canvas (the first stretched, a last one after a first cover-cropped: diffusers'
     MiniMaxH3ResizeStep), or normalize the references to their own short edge (MiniMaxH3Ref2VASetupStep)."""
-    from diffusers.modular_pipelines.minimax_h3.before_encoder import MiniMaxH3Ref2VASetupStep, MiniMaxH3ResizeStep
+    from diffusers.modular_pipelines.minimax_h3.before_encoder import MiniMaxH3Ref2VASetupStep
     from diffusers.modular_pipelines.minimax_h3.references import MiniMaxH3ImageReference
 
     task = request.task
     if task == "fl2va":
         first = request.first_frame.pil() if request.first_frame is not None else None
         last = request.last_frame.pil() if request.last_frame is not None else None
-        out = _run_block(MiniMaxH3ResizeStep(), components, ["keyframes", "keyframe_anchors"],
-                         image=first, last_image=last, height=canvas.height, width=canvas.width)
-        return TaskInputs(task, list(out["keyframes"]), tuple(out["keyframe_anchors"]), [], [])
+        keyframes, anchors = keyframes_on_canvas(first, last, canvas.width, canvas.height)
+        return TaskInputs(task, keyframes, anchors, [], [])
     if task == "ref2va":
         references = [MiniMaxH3ImageReference(image=image.pil()) for image in request.references]
         normalized = _run_block(MiniMaxH3Ref2VASetupStep(), components, ["normalized_references"],

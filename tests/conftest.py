@@ -14,6 +14,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_ui_e2e.py": ("browser", "slow"),
     "tests/test_review_e2e.py": ("browser", "slow"),
+    "tests/test_ui_conditioning.py": ("browser", "slow"),
     "tests/test_campaigns.py": ("slow",),  # nano pairs in bulk
     "tests/test_review_studio_e2e.py": ("browser", "slow"),
     "tests/test_kernels_gpu.py": ("gpu",),

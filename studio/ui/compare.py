@@ -52,7 +52,7 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
     header = gr.HTML("<p>Pick a pair to compare.</p>", js_on_load=None, elem_id="h3-compare-header")
     # fl2va/ref2va pairs: each keyframe or reference beside the first/last generated frames and |difference|
     conditioning = gr.Gallery(label="Conditioning inputs beside the frames they condition, with |difference|",
-                              visible=False, columns=4, height=280, elem_id="h3-conditioning")
+                              visible=False, columns=4, height=280, object_fit="contain", elem_id="h3-conditioning")
     conditioning_note = gr.HTML("", js_on_load=None, elem_id="h3-conditioning-note")
     with gr.Row():
         video_b = gr.Video(label="Baseline", interactive=False, elem_id=BASELINE_VIDEO_ID, loop=True, height=300)

@@ -23,6 +23,7 @@ from studio.jobs import CANCELLED_MESSAGE, QueueFull
 from studio.roles import Actor, Forbidden
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui.common import actor_of, error_html, random_badge, username
+from studio.ui.conditioning import build_input_fields, input_slot, upload_inputs
 from studio.ui.media import MediaDir
 from studio.ui.panels import pair_summary_html
 
@@ -138,6 +139,7 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
                                             placeholder="empty: the baseline's 50 (fewer: quick looks and tests)")
                 baseline_steps_err = gr.HTML("", js_on_load=None, elem_id="h3-baseline-steps-error")
                 force = gr.Checkbox(False, label="Force a tier refused for ghosting risk (to review the ghosting)")
+            uploads = build_input_fields()  # fl2va keyframes / ref2va references
             with gr.Row():
                 go = gr.Button("Generate pair", variant="primary", elem_id="h3-generate")
                 cancel = gr.Button("Cancel", variant="stop", elem_id="h3-cancel")
@@ -194,17 +196,18 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
 
     slots = {"prompt": prompt_err, "duration": duration_err, "aspect": aspect_err, "seed": seed_err,
              "tier": tier_err, "short_edge": short_edge_err, "steps": steps_err,
-             "baseline_steps": baseline_steps_err, "general": general_err}
+             "baseline_steps": baseline_steps_err, **uploads["slots"], "general": general_err}
     slot_names = list(slots)
 
-    def run(prompt_v, duration_v, aspect_v, seed_v, tier_v, edge_v, steps_v, base_steps_v, force_v,
-            request: gr.Request, progress=gr.Progress()):  # noqa: B008 - Gradio injects the tracker this way
+    def run(prompt_v, duration_v, aspect_v, seed_v, tier_v, edge_v, steps_v, base_steps_v, force_v, first_v,
+            last_v, references_v, request: gr.Request, progress=gr.Progress()):  # noqa: B008 - Gradio injects it
         payload = {"prompt": prompt_v, "seed": _int_or_raw(seed_v), "tier": tier_v or "",
                    "target": {"duration_seconds": duration_v, "aspect_ratio": aspect_v,
                               "short_edge": _int_or_raw(edge_v)},
                    "steps": _int_or_raw(steps_v), "baseline_steps": _int_or_raw(base_steps_v), "force": bool(force_v)}
         errors = dict.fromkeys(slot_names, "")
         try:
+            payload.update(upload_inputs(first_v, last_v, references_v))
             pair = service.submit_pair(payload, submitted_by=username(request))  # its submitter may cancel it
         except (RequestError, StoreError) as error:
             errors[_slot_for(error.field)] = error_html(error.field, error.message)
@@ -224,7 +227,8 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
     # comes back when the handler ends (a refused request) and, should that answer be lost, with the timer below.
     event = go.click(lambda: [*[""] * len(slots), gr.update(interactive=False), SUBMITTING], None,
                      [*slots.values(), go, pair_state], queue=False).then(
-        run, [prompt, duration, aspect, seed, tier, short_edge, steps, baseline_steps, force], outputs,
+        run, [prompt, duration, aspect, seed, tier, short_edge, steps, baseline_steps, force, uploads["first"],
+              uploads["last"], uploads["references"]], outputs,
                      concurrency_limit=GENERATE_CONCURRENCY, concurrency_id="generate", show_progress_on=result,
                      scroll_to_output=True, preprocess=False)  # the engine's validation names each field
     event.then(lambda pid: gr.update(interactive=not _running(service, pid)), pair_state, go, queue=False)
@@ -287,7 +291,7 @@ FIELD_SLOTS = {"prompt": "prompt", "seed": "seed", "tier": "tier", "force": "tie
 
 
 def _slot_for(field: str | None) -> str:
-    return FIELD_SLOTS.get(field or "", "general")
+    return FIELD_SLOTS.get(field or "") or input_slot(field) or "general"
 
 
 def _watch(service: StudioService, pair_id: str, progress: gr.Progress):
