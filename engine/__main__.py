@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from engine.errors import ModelLoadError, RequestError
@@ -37,8 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--reference", metavar="FILE", action="append", default=None,
                           help="ref2va: a reference image (repeat for up to 9, in the order the prompt names them)")
 
-    info = commands.add_parser("info", help="print the model config, parameter counts and token counts")
+    info = commands.add_parser("info", help="print the model config, parameter counts, token counts and memory plan")
     info.add_argument("--model", default=None)
+    info.add_argument("--memory-only", action="store_true",
+                      help="only the memory plan, from the configs (reads no weights; a configs-only folder works)")
+    info.add_argument("--gpu-memory-gib", type=float, default=None, help="plan for GPUs of this size (default: this one)")
+    info.add_argument("--gpus", type=int, default=1, help="with --gpu-memory-gib: how many (the parallel engine)")
 
     tiers = commands.add_parser("tiers", help="print the tier table as JSON")
     tiers.add_argument("--duration", type=float, default=None)
@@ -131,11 +136,36 @@ def _generate_clip(args) -> int:
     return 0
 
 
+def _memory(args) -> dict:
+    """The memory plan for this machine (its first GPU), or the one `--gpu-memory-gib/--gpus` describe."""
+    import torch
+
+    from engine.components import DEFAULT_PIPELINE_CONFIG, NANO_PATH
+    from engine.footprint import geometry_of
+    from engine.memory import GiB, Machine
+    from engine.placement import machine_here, memory_report
+
+    root = args.model or str(NANO_PATH)
+    studio = os.path.join(root, "h3_studio.json")
+    pipeline = {**DEFAULT_PIPELINE_CONFIG, **(json.load(open(studio)).get("pipeline", {}) if os.path.isfile(studio)
+                                             else {})}
+    if args.gpu_memory_gib is not None:
+        if not args.gpu_memory_gib > 0 or args.gpus < 1:
+            raise RequestError("gpu-memory-gib", "needs a size > 0 and --gpus >= 1")
+        here = Machine(int(args.gpu_memory_gib * GiB), args.gpus, name=f"{args.gpus}x{args.gpu_memory_gib:g}GiB")
+    else:
+        here = machine_here(torch.device("cuda")) if torch.cuda.is_available() else None
+    return memory_report(root, geometry_of(root, pipeline), here)
+
+
 def _info(args) -> int:
     from engine.components import load_components
     from engine.labels import model_label
     from engine.layout import token_counts
 
+    if args.memory_only:
+        print(json.dumps({"memory": _memory(args)}, indent=2))
+        return 0
     components = load_components(args.model)
     geometry = components.geometry
     print(json.dumps({
@@ -153,6 +183,7 @@ def _info(args) -> int:
         },
         "parameters": components.parameter_counts(),
         "tokens": {str(seconds): token_counts(geometry, seconds) for seconds in (5.0, 10.0, 14.375)},
+        "memory": _memory(args),
     }, indent=2, default=str))
     return 0
 

@@ -124,4 +124,30 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
             components.transformer.register_forward_pre_hook(send_away, with_kwargs=True)]
 
 
-__all__ = ["GiB", "LONGEST_SECONDS", "MemoryGuard", "apply_plan", "gib", "machine_here", "plan_for"]
+# The machines the design card names, by nvidia-smi's total memory per GPU.
+REFERENCE_MACHINES = {"1xH200": Machine(143_771 * 2**20, 1, name="1xH200"),
+                      "4x80GB": Machine(81_559 * 2**20, 4, name="4xH100 80GB")}
+
+
+def memory_report(root: str | Path, geometry, here: Machine | None) -> dict:
+    """`python -m engine info`'s memory section: sizes, the two requests' computed costs, and the plan for this
+    machine (if it has a GPU) and for each reference machine. Configs only: no weight is read."""
+    from engine.footprint import component_sizes
+
+    sizes = component_sizes(root)
+    machines = ({"this machine": here} if here is not None else {}) | REFERENCE_MACHINES
+    report = {"sizes_GiB": sizes.to_dict(), "plans": {}}
+    for label, machine in machines.items():
+        report["plans"][label] = plan_for(root, machine, geometry).to_dict()
+    longest = plan_for(root, next(iter(machines.values())), geometry)
+    costs = [longest.cost(seconds, PLAN_TEXT_TOKENS) for seconds in (5.0, LONGEST_SECONDS)]
+    report["requests_GiB"] = {cost.label: {"rows": cost.rows, "encode": gib(cost.encode), "denoise": gib(cost.denoise),
+                                           "decode": gib(cost.decode), "exchange": gib(cost.exchange)}
+                              for cost in costs}
+    report["figures"] = ("computed: weights from the configs on the meta device, activations under fake tensors "
+                         "(engine/footprint.py); not measured")
+    return report
+
+
+__all__ = ["GiB", "LONGEST_SECONDS", "MemoryGuard", "REFERENCE_MACHINES", "apply_plan", "gib", "machine_here", "memory_report",
+           "plan_for"]

@@ -98,3 +98,15 @@ def test_phases_add_up():
     sharded = four.__class__("sharded", four.machine, sizes, cost)
     assert sharded.weights == 10 * GiB + 2 * GiB + GiB + 5 * GiB + 2 * GiB
     assert sharded.phases(cost)["denoise"] == sharded.weights + 2 * GiB + GiB
+
+
+def test_engine_info_reports_the_plan_from_configs_alone(capsys):
+    from engine.__main__ import main
+
+    assert main(["info", "--model", str(RELEASED), "--memory-only", "--gpu-memory-gib", "79.65", "--gpus", "4"]) == 0
+    memory = __import__("json").loads(capsys.readouterr().out)["memory"]
+    here = memory["plans"]["this machine"]
+    assert here["placement"] == "sharded" and here["machine"]["name"] == "4x79.65GiB"
+    assert memory["plans"]["1xH200"]["placement"] == "resident"
+    assert memory["plans"]["1xH200"]["requests"]["14.375 s"]["fits"]
+    assert main(["info", "--model", str(RELEASED), "--memory-only", "--gpu-memory-gib", "0"]) == 2
