@@ -65,7 +65,7 @@ SGLANG_TASKS_SERVED = ("t2va",)
 SGLANG_UNSUPPORTED = {
     "flow_shift": "the flow shift is fixed by the model's scheduler config on this server",
     "audio_flow_shift": "the audio flow shift is fixed by the model's audio scheduler config on this server",
-    "conditions": "conditioning frames need the fl2va/ref2va tasks, which this server does not serve",
+    "conditions": "send keyframes and references as multipart/form-data files (input_reference; README)",
 }
 SGLANG_FIELDS = ("prompt", "task", "target", "seed", "num_inference_steps", "tier", "force", "model")
 TARGET_FIELDS = ("short_edge", "aspect_ratio", "duration_seconds")
@@ -299,8 +299,8 @@ def sglang_to_payload(body: dict[str, Any]) -> dict[str, Any]:
             raise RequestError(f"target.{name}", f"is not accepted: {reason}")
     task = body.get("task", "t2va")
     if task not in SGLANG_TASKS_SERVED:
-        raise RequestError("task", f"only {', '.join(SGLANG_TASKS_SERVED)} is served here, got {task!r} "
-                                   "(fl2va and ref2va need conditioning frames)")
+        raise RequestError("task", f"a JSON body serves {', '.join(SGLANG_TASKS_SERVED)} only, got {task!r}: "
+                                   "fl2va and ref2va take their images as multipart/form-data (input_reference)")
     for name, reason in SGLANG_UNSUPPORTED.items():
         if body.get(name) is not None:
             raise RequestError(name, f"is not supported: {reason}")
