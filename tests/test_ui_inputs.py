@@ -8,6 +8,7 @@ answer and the HTML that lands in the duration's error slot.
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -88,8 +89,11 @@ def test_generate_names_the_duration_when_it_is_out_of_range(studio_page):
     """The Generate handler, given 20 s as typed, shows the engine's error under the duration box."""
     demo, _, service = studio_page
     run = next(fn for _, fn in _events_reading(demo, _component(demo, "h3-duration")) if fn.name == "run")
-    outputs = next(iter(run.fn("a red kite", 20, "16:9", 42, "turbo", "", "", "", False,
-                               progress=lambda *a, **k: None)))
+    typed = {"h3-prompt": "a red kite", "h3-duration": 20, "h3-aspect": "16:9", "h3-seed": 42, "h3-tier": "turbo"}
+    values = [typed.get(block.elem_id, getattr(block, "value", None)) for block in run.inputs]  # others: as built
+    injected = {"progress": lambda *a, **k: None, "request": None}  # what Gradio passes besides the inputs
+    accepted = inspect.signature(run.fn).parameters
+    outputs = next(iter(run.fn(*values, **{k: v for k, v in injected.items() if k in accepted})))
     slot = _component(demo, "h3-duration-error")
     rendered = dict(zip([block._id for block in run.outputs], outputs))[slot._id]
     assert "duration" in rendered and "20" in rendered
