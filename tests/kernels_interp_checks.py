@@ -294,7 +294,7 @@ def _():
     from kernels.fp8_rows import quantize_rows, quantize_rows_reference
 
     out = []
-    for shape, dtype in (((2, 7, 80), torch.float32), ((5, 300), torch.bfloat16)):
+    for shape, dtype in (((2, 3, 80), torch.float32), ((3, 300), torch.bfloat16)):
         x = fresh(*shape, dtype=dtype) * 3
         x[0, 0] = 0.0  # an all-zero row keeps a finite scale
         out.append(_same_codes(quantize_rows(x), quantize_rows_reference(x)))
@@ -307,7 +307,7 @@ def _():
 
     out = []
     for dtype, weight in ((torch.float32, True), (torch.bfloat16, True), (torch.float32, False)):
-        B, S, C = 2, 13, 80
+        B, S, C = 1, 6, 80
         x = fresh(B, S, C, dtype=dtype)
         w = fresh(C, dtype=dtype) if weight else None
         shift, scale = (t.to(dtype) for t in tables(C)[:2])
@@ -324,9 +324,9 @@ def _():
 
     out = []
     for dtype in (torch.float32, torch.bfloat16):
-        h = fresh(2, 9, 2 * 72, dtype=dtype) * 2
+        h = fresh(1, 6, 2 * 72, dtype=dtype) * 2
         got = swiglu_fp8(h)
-        assert got.data.shape == (2, 9, 72)
+        assert got.data.shape == (1, 6, 72)
         out.append(_same_codes(got, swiglu_fp8_reference(h)))
     return out
 

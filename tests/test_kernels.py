@@ -47,7 +47,7 @@ INTERP_CHECKS = [
 def interp_results():
     env = dict(os.environ, TRITON_INTERPRET="1", H3_KERNELS_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "tests.kernels_interp_checks"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=480)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
