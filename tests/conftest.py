@@ -33,6 +33,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_engine.py::test_cli_broken_model_exits_2": ("slow",),
     "tests/test_tiers.py::test_sparse_keep_ratio_one_equals_dense": ("slow",),
     "tests/test_tiers.py::test_three_prompt_lengths_in_one_bucket_compile_once": ("slow",),
+    "tests/test_compile_once.py": ("slow",),  # six nano generations
+    "tests/test_cache_step.py": ("slow",),
     "tests/test_tiers.py::test_sparse_schedule_records_dense_and_sparse_steps": ("slow",),
     "tests/test_tiers.py::test_cache_threshold_zero_is_identical_to_no_cache": ("slow",),
     "tests/test_quality.py::test_cli_mismatch_errors_and_align": ("slow",),
