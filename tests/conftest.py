@@ -32,7 +32,6 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_engine.py::test_cli_generate_writes_mp4_and_sidecar": ("slow",),
     "tests/test_engine.py::test_cli_broken_model_exits_2": ("slow",),
     "tests/test_tiers.py::test_sparse_keep_ratio_one_equals_dense": ("slow",),
-    "tests/test_tiers.py::test_three_prompt_lengths_in_one_bucket_compile_once": ("slow",),
     "tests/test_compile_once.py": ("slow",),  # six nano generations
     "tests/test_cache_step.py": ("slow",),
     "tests/test_tiers.py::test_sparse_schedule_records_dense_and_sparse_steps": ("slow",),

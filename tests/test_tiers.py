@@ -173,19 +173,6 @@ def test_cache_hit_log_and_never_skips_last_step(engine):
     assert "hit,hit,hit" not in ",".join(log)
 
 
-def test_three_prompt_lengths_in_one_bucket_compile_once(engine):
-    # Byte-level tokens: 30, 40 and 50 prompt rows all pad to the same 64-multiple on nano.
-    prompts = ["a red circle moves up, slowly.", "a red circle moves up over a black ground",
-               "a red circle moves up slowly over a black backdrop"]
-    reports = [engine.generate({"prompt": p, "seed": 1, "tier": "sparse-full", "steps": 1}) for p in prompts]
-    tokens = [clip.tokens for clip in reports]
-    assert len(set(tokens)) == 3 and len({clip.padded_tokens for clip in reports}) == 1
-    news = [clip.compiles["new_compiles"] for clip in reports]
-    keys = {tuple(map(tuple, clip.compiles["bucket_keys"])) for clip in reports}
-    assert len(keys) == 1
-    assert news[1:] == [0, 0]
-
-
 def test_lora_scale_zero_equals_base_and_reports_untrained(engine):
     plain = engine.latents({"prompt": PROMPT, "seed": 11, "steps": 20})
     zero = _rows(engine, "lora-zero")
