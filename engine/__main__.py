@@ -21,7 +21,9 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--prompt", required=True)
     generate.add_argument("--out", required=True, help="output .mp4 path; the sidecar goes next to it as .json")
     generate.add_argument("--duration", type=float, default=None, help="seconds (default 5)")
-    generate.add_argument("--aspect", default="16:9")
+    generate.add_argument("--aspect", default=None,
+                          help="21:9, 16:9, 4:3, 1:1, 3:4, 9:16 or auto (the keyframe's own ratio); default 16:9, "
+                               "with --first-frame/--last-frame auto")
     generate.add_argument("--short-edge", type=int, default=None)
     generate.add_argument("--seed", type=int, default=42)
     generate.add_argument("--steps", type=int, default=None, help="denoising steps (default: the tier's)")
@@ -96,8 +98,9 @@ def _option_error(error: RequestError, args) -> RequestError:
 
 
 def _payload(args) -> dict:
-    payload = {"prompt": args.prompt, "seed": args.seed, "aspect_ratio": args.aspect, "tier": args.tier,
-               "force": args.force}
+    payload = {"prompt": args.prompt, "seed": args.seed, "tier": args.tier, "force": args.force}
+    if args.aspect is not None:
+        payload["aspect_ratio"] = args.aspect
     if args.duration is not None:
         payload["duration_seconds"] = args.duration
     if args.short_edge is not None:

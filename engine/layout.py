@@ -23,7 +23,7 @@ from diffusers.modular_pipelines.minimax_h3.modular_pipeline import (
     video_latent_num_frames,
 )
 
-from engine.request import ASPECT_RATIOS
+from engine.request import aspect_parts
 
 FPS = MINIMAX_H3_FPS
 TILE_CUBE = (4, 4, 4)  # (t, h, w) extent of one 64-row sparse-attention tile
@@ -82,7 +82,7 @@ class PackedLayout:
 
 def resolve_canvas(geometry: ModelGeometry, duration_seconds: float, aspect_ratio: str, short_edge: int) -> Canvas:
     """Duration and aspect ratio → canvas and latent shapes, as the diffusers pipeline computes them."""
-    aspect_w, aspect_h = ASPECT_RATIOS[aspect_ratio]
+    aspect_w, aspect_h = aspect_parts(aspect_ratio)
     # The area cap scales with the requested short edge, so a smaller short edge keeps the model's aspect rules.
     max_pixels = int(geometry.canvas_max_pixels * (short_edge / geometry.canvas_short_edge) ** 2)
     height, width = resolve_canvas_size(aspect_w, aspect_h, geometry.canvas_multiple, short_edge, max_pixels)

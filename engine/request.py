@@ -135,10 +135,31 @@ def validate_duration(value, limits: ModelLimits, field: str = "duration_seconds
     return seconds
 
 
-def _validate_aspect(value) -> str:
-    if value not in ASPECT_RATIOS:
-        raise RequestError("aspect_ratio", f"must be one of {', '.join(ASPECT_RATIOS)}, got {value!r}")
-    return value
+def aspect_parts(value: str) -> tuple[int, int]:
+    """"16:9" (or any validated "W:H") → (16, 9)."""
+    if value in ASPECT_RATIOS:
+        return ASPECT_RATIOS[value]
+    width, _, height = value.partition(":")
+    return int(width), int(height)
+
+
+def _validate_aspect(value, keyframe: InputImage | None = None) -> str:
+    """One of ASPECT_RATIOS, or "auto": the keyframe's own ratio, reduced (a 1280x720 first frame → "16:9", a
+    180x100 one → "9:5"), which is how diffusers sizes an fl2va canvas by default. A resolved "W:H" passes again
+    only with the same keyframe."""
+    own = None
+    if keyframe is not None:
+        divisor = math.gcd(keyframe.width, keyframe.height)
+        own = f"{keyframe.width // divisor}:{keyframe.height // divisor}"
+    if value in ASPECT_RATIOS:
+        return value
+    if own is not None and value in ("auto", own):
+        return own
+    if value == "auto":
+        raise RequestError("aspect_ratio", "auto takes the keyframe's aspect ratio: it needs a first_frame or "
+                                           "last_frame")
+    raise RequestError("aspect_ratio", f"must be one of {', '.join(ASPECT_RATIOS)}, or auto (a keyframe's own, "
+                                       f"with first_frame/last_frame), got {value!r}")
 
 
 def _validate_short_edge(value) -> int:
@@ -177,10 +198,13 @@ def validate_request(payload: dict, limits: ModelLimits | None = None) -> Genera
     if not isinstance(force, bool):
         raise RequestError("force", f"must be true or false, got {force!r}")
     first_frame, last_frame, references = validate_inputs(payload)
+    keyframe = first_frame or last_frame
+    # fl2va without an aspect ratio: the canvas follows the keyframe, as diffusers' MiniMaxH3ResizeStep does.
+    aspect = payload.get("aspect_ratio", "auto" if keyframe is not None else "16:9")
     return GenerationRequest(
         prompt=_validate_prompt(payload["prompt"]),
         duration_seconds=validate_duration(payload.get("duration_seconds", limits.default_duration), limits),
-        aspect_ratio=_validate_aspect(payload.get("aspect_ratio", "16:9")),
+        aspect_ratio=_validate_aspect(aspect, keyframe),
         short_edge=_validate_short_edge(payload.get("short_edge", limits.default_short_edge)),
         seed=_require_int("seed", payload.get("seed", 42), 0, MAX_SEED),
         steps=None if steps is None else _require_int("steps", steps, MIN_STEPS, MAX_STEPS),

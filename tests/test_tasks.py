@@ -87,7 +87,8 @@ def test_task_equals_diffusers_modular_pipeline(task, nano_engine, fresh_pipelin
         inputs = {"references": [last]}
         pipeline_inputs = {"references": [MiniMaxH3ImageReference(image=_pil(last))]}
     steps, seed = 2, 7
-    clip = nano_engine.generate({"prompt": PROMPT, "short_edge": 64, "seed": seed, "steps": steps, **inputs})
+    clip = nano_engine.generate({"prompt": PROMPT, "short_edge": 64, "aspect_ratio": "16:9", "seed": seed,
+                                 "steps": steps, **inputs})
     assert clip.task == task and nano_engine.components.pipeline_config["reference_image_short_edge"] == 352
 
     out = fresh_pipeline(
@@ -101,9 +102,30 @@ def test_task_equals_diffusers_modular_pipeline(task, nano_engine, fresh_pipelin
     assert np.abs(clip.audio - out["audio"][0].numpy()).max() <= 1e-6
     # The conditioning changed the clip: the same seed without inputs (t2va) gives other frames.
     t2va = nano_engine.latents({"prompt": PROMPT, "short_edge": 64, "seed": seed, "steps": steps})
-    conditioned = nano_engine.latents({"prompt": PROMPT, "short_edge": 64, "seed": seed, "steps": steps, **inputs})
+    conditioned = nano_engine.latents({"prompt": PROMPT, "short_edge": 64, "aspect_ratio": "16:9", "seed": seed,
+                                       "steps": steps, **inputs})
     assert conditioned["video_rows"].shape == t2va["video_rows"].shape  # only the generated rows come back
     assert not torch.equal(conditioned["video_rows"], t2va["video_rows"])
+
+
+def test_an_fl2va_canvas_follows_the_keyframe_as_diffusers_does(nano_engine):
+    """Without an aspect ratio, fl2va's canvas is diffusers' default: resolve_canvas_size over the keyframe's own
+    size (MiniMaxH3ResizeStep); ref2va and t2va keep 16:9; a named ratio wins."""
+    from diffusers.modular_pipelines.minimax_h3.modular_pipeline import resolve_canvas_size
+
+    config = nano_engine.components.pipeline_config
+    for height, width in ((100, 180), (160, 90), (77, 200)):
+        data = image_bytes(8, height, width)
+        for field in ("first_frame", "last_frame"):
+            plan = nano_engine.plan({"prompt": PROMPT, field: data})
+            assert (plan.height, plan.width) == resolve_canvas_size(
+                width, height, 32, config["canvas_short_edge"], config["canvas_max_pixels"]), (height, width)
+    data = image_bytes(8, 160, 90)
+    assert nano_engine.plan({"prompt": PROMPT, "references": [data]}).request.aspect_ratio == "16:9"
+    assert nano_engine.plan({"prompt": PROMPT, "first_frame": data, "aspect_ratio": "1:1"}).request.aspect_ratio \
+        == "1:1"
+    with pytest.raises(RequestError, match="auto takes"):
+        nano_engine.plan({"prompt": PROMPT, "aspect_ratio": "auto"})
 
 
 def test_a_last_frame_alone_anchors_at_the_end(nano_engine):

@@ -117,7 +117,9 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
                 duration = gr.Slider(options["min_duration"], options["max_duration"],
                                      value=options["default_duration"], step=0.5, label="Duration (s)",
                                      elem_id="h3-duration")
-                aspect = gr.Dropdown(options["aspect_ratios"], value="16:9", label="Aspect ratio", elem_id="h3-aspect")
+                # auto: the first/last frame's own ratio (fl2va), as diffusers sizes a keyframe's canvas
+                aspect = gr.Dropdown([*options["aspect_ratios"], "auto"], value="16:9", label="Aspect ratio",
+                                     elem_id="h3-aspect")
             with gr.Row():
                 duration_err = gr.HTML("", js_on_load=None, elem_id="h3-duration-error")
                 aspect_err = gr.HTML("", js_on_load=None, elem_id="h3-aspect-error")
