@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.sidecar import ClipSidecar
+
 
 @dataclass
 class Clip:
@@ -57,35 +59,16 @@ class Clip:
         return float(sum(self.timings.get(stage, 0.0) for stage in stages))
 
     def sidecar(self) -> dict:
-        """The JSON written next to the MP4."""
-        return {
-            "prompt": self.prompt,
-            "seed": self.seed,
-            "tier": self.tier,
-            "tier_config": self.tier_config,
-            "model_id": self.model_id,
-            "model_name": self.model_name,
-            "tokens": self.tokens,
-            "padded_tokens": self.padded_tokens,
-            "frames": self.num_frames,
-            "fps": self.fps,
-            "sample_rate": self.sample_rate,
-            "width": self.width,
-            "height": self.height,
-            "duration_seconds": self.duration_seconds,
-            "requested_duration": self.requested_duration,
-            "aspect_ratio": self.aspect_ratio,
-            "short_edge": self.short_edge,
-            "timings": self.timings,
-            "inference_time_s": self.inference_time_s,
-            "steps": self.steps,
-            "lora": self.lora,
-            "compiles": self.compiles,
-            "untrained": self.untrained,
-            "peak_memory_mb": self.peak_memory_mb,
-            "task": self.task,
-            "inputs": self.inputs,
-        }
+        """The JSON written next to the MP4 (engine/sidecar.py ClipSidecar, the one sidecar type)."""
+        return ClipSidecar(
+            prompt=self.prompt, seed=self.seed, tier=self.tier, tier_config=self.tier_config, model_id=self.model_id,
+            model_name=self.model_name, tokens=self.tokens, padded_tokens=self.padded_tokens, frames=self.num_frames,
+            fps=self.fps, sample_rate=self.sample_rate, width=self.width, height=self.height,
+            duration_seconds=self.duration_seconds, requested_duration=self.requested_duration,
+            aspect_ratio=self.aspect_ratio, short_edge=self.short_edge, timings=self.timings,
+            inference_time_s=self.inference_time_s, steps=self.steps, lora=self.lora, compiles=self.compiles,
+            untrained=self.untrained, peak_memory_mb=self.peak_memory_mb, task=self.task, inputs=self.inputs,
+        ).to_json()
 
     def save(self, path: str | Path) -> tuple[Path, Path]:
         """Write FILE.mp4 and FILE.json; returns both paths."""

@@ -35,6 +35,7 @@ from engine.errors import GenerationCancelled, RequestError
 from engine.interface import RequestPlan
 from engine.media import probe_mp4
 from engine.request import MAX_STEPS, MIN_STEPS, GenerationRequest, ModelLimits, validate_request
+from engine.sidecar import ClipSidecar, RemoteOrigin
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,8 @@ def _parse_table(table: Any, where: str) -> RemoteSpec:
         raise RemotesFileError(f"{where}: must be a table")
     unknown = sorted(set(table) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
     if unknown:
-        raise RemotesFileError(f"{where}.{unknown[0]}: unknown key; allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
+        allowed = ", ".join(REQUIRED_KEYS + OPTIONAL_KEYS)
+        raise RemotesFileError(f"{where}.{unknown[0]}: unknown key; allowed: {allowed}")
     for key in REQUIRED_KEYS:
         if not isinstance(table.get(key), str) or not table[key].strip():
             raise RemotesFileError(f"{where}.{key}: is required and must be a non-empty string")
@@ -451,25 +453,21 @@ class RemoteServer:
         health = self.health
         peak = final.get("peak_memory_mb")
         peak = peak if isinstance(peak, (int, float)) and not isinstance(peak, bool) else None
-        sidecar = {
-            "prompt": request.prompt, "seed": request.seed, "tier": request.tier, "tier_config": tier_config,
-            "model_id": health.model_id or str(final.get("model") or "unknown"),
-            "model_name": str(final.get("model") or health.model or "unknown"),
-            "tokens": final.get("tokens") if isinstance(final.get("tokens"), int) else 0,
-            "frames": probe.frames, "fps": probe.fps, "sample_rate": probe.sample_rate,
-            "width": probe.width, "height": probe.height, "duration_seconds": probe.video_seconds,
-            "requested_duration": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
-            "short_edge": request.short_edge, "steps": request.steps or self.spec.steps,
-            "timings": timings,
-            "inference_time_s": server_time if reported else client_time,
-            "inference_time_source": "server" if reported else "client (the server reported none)",
-            "client_time_s": client_time,
-            "peak_memory_mb": peak,
-            "remote": {"name": self.spec.name, "url": self.spec.url, "video_id": video_id,
-                       "params": self.spec.params, "model": final.get("model")},
-        }
-        return RemoteClip(mp4=mp4, inference_time_s=sidecar["inference_time_s"], peak_memory_mb=peak,
-                          _sidecar=sidecar)
+        sidecar = ClipSidecar(
+            prompt=request.prompt, seed=request.seed, tier=request.tier, tier_config=tier_config,
+            model_id=health.model_id or str(final.get("model") or "unknown"),
+            model_name=str(final.get("model") or health.model or "unknown"),
+            tokens=final.get("tokens") if isinstance(final.get("tokens"), int) else 0,
+            frames=probe.frames, fps=probe.fps, sample_rate=probe.sample_rate, width=probe.width, height=probe.height,
+            duration_seconds=probe.video_seconds, requested_duration=request.duration_seconds,
+            aspect_ratio=request.aspect_ratio, short_edge=request.short_edge, steps=request.steps or self.spec.steps,
+            timings=timings, inference_time_s=server_time if reported else client_time,
+            inference_time_source="server" if reported else "client (the server reported none)",
+            client_time_s=client_time, peak_memory_mb=peak,
+            remote=RemoteOrigin(self.spec.name, self.spec.url, video_id, self.spec.params, final.get("model")),
+        )
+        return RemoteClip(mp4=mp4, inference_time_s=sidecar.inference_time_s, peak_memory_mb=peak,
+                          _sidecar=sidecar.to_json())
 
     def close(self) -> None:
         self.http.close()

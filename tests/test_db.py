@@ -20,6 +20,7 @@ from db.database import alembic_config
 from db.files import atomic_writer
 from db.models import Base
 from db.records import REASONS, RESTART_ERROR
+from engine.sidecar import ClipSidecar
 from tests.quality_fixtures import summary_json
 
 MODEL = "h3-nano"
@@ -37,14 +38,13 @@ def fake_mp4(tag: str) -> bytes:
 
 def sidecar(prompt: str = "a red fox", seed: int = 7, tier: str = "baseline",
             tier_config: dict[str, Any] | None = None, duration: float = 2.0, **extra: Any) -> dict[str, Any]:
-    """A sidecar with every key the store requires."""
-    return {
-        "model_id": MODEL, "prompt": prompt, "seed": seed, "tier": tier,
-        "tier_config": tier_config if tier_config is not None else BASELINE_TIER,
-        "width": 64, "height": 48, "frames": 49, "duration_seconds": duration, "tokens": 1234,
-        "timings": {"encode_text": 0.1, "denoise": 2.5, "decode_video": 0.4},
-        **extra,
-    }
+    """A clip's sidecar as the engine writes it (engine/sidecar.py), ``extra`` keys added or replaced."""
+    made = ClipSidecar(
+        prompt=prompt, seed=seed, tier=tier, tier_config=tier_config if tier_config is not None else BASELINE_TIER,
+        model_id=MODEL, model_name="h3-test", tokens=1234, frames=49, fps=24, sample_rate=44100, width=64, height=48,
+        duration_seconds=duration, requested_duration=duration, aspect_ratio="4:3", short_edge=48,
+        timings={"encode_text": 0.1, "denoise": 2.5, "decode_video": 0.4}, inference_time_s=3.0)
+    return {**made.to_json(), **extra}
 
 
 def target(duration: float = 2.0) -> dict[str, Any]:
@@ -185,7 +185,8 @@ def test_find_clip_reuses_a_stored_baseline(store: Store) -> None:
     assert store.find_clip("other-model", "a red fox", 7, 64, 48, 5.166667, key) is None
     clip.path.unlink()  # a clip whose file vanished must not be offered for reuse
     assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.166667, key) is None
-    assert store.put_clip(fake_mp4("base"), sidecar(duration=5.166667, requested_duration=5)) == clip  # putting it again heals it
+    # putting it again heals it
+    assert store.put_clip(fake_mp4("base"), sidecar(duration=5.166667, requested_duration=5)) == clip
     assert clip.path.read_bytes() == fake_mp4("base")
     assert store.find_clip(MODEL, "a red fox", 7, 64, 48, 5.166667, key) == clip
 
