@@ -20,7 +20,7 @@ from db.approval import blind_tally, tally
 from db.errors import StoreError
 from db.files import check_sha, sidecar_relpath
 from db.keys import canonical_json, normalise_duration, tier_config_hash
-from db.models import Clip, Configuration, Pair, Verdict, VideoJob
+from db.models import ClipRow, Configuration, Pair, Verdict, VideoJob
 from db.records import ApprovalRule, ClipRecord, PairRecord, VerdictRecord, VideoRecord
 
 
@@ -90,7 +90,7 @@ def sidecar_tier_hash(sidecar: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------------------------- records
 
 
-def clip_record(row: Clip, data_dir: Path) -> ClipRecord:
+def clip_record(row: ClipRow, data_dir: Path) -> ClipRecord:
     """ORM row → frozen record (absolute paths resolved against this store's data dir)."""
     return ClipRecord(
         sha256=row.sha256,

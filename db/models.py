@@ -29,8 +29,9 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-class Clip(Base):
-    """A content-addressed MP4 and the facts from its sidecar needed for lookup."""
+class ClipRow(Base):
+    """A content-addressed MP4 and the facts from its sidecar needed for lookup (the table row; the store hands out
+    db.records.ClipRecord, and the clip itself is engine.clip.Clip)."""
 
     __tablename__ = "clips"
 

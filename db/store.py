@@ -33,7 +33,7 @@ from db.database import BEGIN_MODE_OPTION, connect, data_dir_writable, is_read_o
 from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
 from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath
 from db.keys import canonical_json, configuration_key, new_id, normalise_duration, sha256_hex, utc_now, with_tier_name
-from db.models import Clip, Configuration, Pair, VideoJob
+from db.models import ClipRow, Configuration, Pair, VideoJob
 from db.records import (
     PAIR_STATUSES,
     RESTART_ERROR,
@@ -232,7 +232,7 @@ class Store(ReviewStore):
         data = bytes(mp4_bytes)
         columns = convert.clip_columns(sidecar)
         sha = sha256_hex(data)
-        existing = self._read(lambda s: s.get(Clip, sha))
+        existing = self._read(lambda s: s.get(ClipRow, sha))
         if existing is not None and (self.data_dir / existing.path).is_file():
             return convert.clip_record(existing, self.data_dir)
         # Files first, row second: a committed row must never point at a missing file. A crash in between
@@ -247,9 +247,9 @@ class Store(ReviewStore):
         self, session: Session, sha: str, size: int, columns: dict[str, Any], sidecar: dict[str, Any]
     ) -> ClipRecord:
         """Insert the clip row unless a concurrent put got there first (checked under the write lock)."""
-        row = session.get(Clip, sha)
+        row = session.get(ClipRow, sha)
         if row is None:
-            row = Clip(
+            row = ClipRow(
                 sha256=sha,
                 path=clip_relpath(sha).as_posix(),
                 size_bytes=size,
@@ -264,7 +264,7 @@ class Store(ReviewStore):
     def get_clip(self, sha: str) -> ClipRecord:
         """The clip with this sha256; NotFound if it was never stored."""
         check_sha(sha)
-        row = self._read(lambda s: s.get(Clip, sha))
+        row = self._read(lambda s: s.get(ClipRow, sha))
         if row is None:
             raise NotFound("sha256", f"no clip {sha}")
         return convert.clip_record(row, self.data_dir)
@@ -314,21 +314,21 @@ class Store(ReviewStore):
         """
         duration = normalise_duration(duration_seconds)
         low, high = duration - DURATION_TOLERANCE_S, duration + DURATION_TOLERANCE_S
-        canvas = [Clip.width == width, Clip.height == height] if width is not None else []
+        canvas = [ClipRow.width == width, ClipRow.height == height] if width is not None else []
         query = (
-            select(Clip)
+            select(ClipRow)
             .where(
-                Clip.model_id == model_id,
-                Clip.prompt == prompt,
-                Clip.seed == seed,
+                ClipRow.model_id == model_id,
+                ClipRow.prompt == prompt,
+                ClipRow.seed == seed,
                 *canvas,
-                Clip.tier_config_hash == tier_config_hash,
+                ClipRow.tier_config_hash == tier_config_hash,
                 or_(
-                    Clip.duration_seconds.between(low, high),
-                    Clip.requested_duration.between(low, high),
+                    ClipRow.duration_seconds.between(low, high),
+                    ClipRow.requested_duration.between(low, high),
                 ),
             )
-            .order_by(Clip.created_at.desc())
+            .order_by(ClipRow.created_at.desc())
         )
         rows = self._read(lambda s: list(s.scalars(query)))
         records = (convert.clip_record(r, self.data_dir) for r in rows)
@@ -428,7 +428,7 @@ class Store(ReviewStore):
         if row.status in TERMINAL_STATUSES and new_status != row.status:
             raise Conflict("status", f"job {row.id} is already {row.status}; final statuses cannot change")
         sha = changes.get("clip_sha", row.clip_sha)
-        if "clip_sha" in changes and sha is not None and session.get(Clip, sha) is None:
+        if "clip_sha" in changes and sha is not None and session.get(ClipRow, sha) is None:
             raise NotFound("clip_sha", f"no clip {sha}; store it with put_clip first")
         if new_status == "completed" and sha is None:
             raise StoreError("clip_sha", "a completed job needs its clip (pass clip_sha)")
