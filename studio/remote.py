@@ -209,8 +209,9 @@ class RemoteProgress:
 
 
 @dataclass
-class RemoteClip:
-    """A finished remote job, shaped like the engine's Clip where the job queue reads it."""
+class RemoteResult:
+    """A finished remote job: the MP4 and its sidecar, with the members the job queue reads of an engine.clip.Clip
+    (mp4, sidecar(), inference_time_s, peak_memory_mb). Not a Clip: a remote server returns no frames or audio."""
 
     mp4: bytes
     inference_time_s: float
@@ -327,7 +328,7 @@ class RemoteServer:
     def generate(self, request: GenerationRequest, tier_config: dict[str, Any],
                  on_step: Callable[[RemoteProgress], None] | None = None,
                  cancel: Callable[[], bool] | None = None,
-                 on_accepted: Callable[[str, str], None] | None = None) -> RemoteClip:
+                 on_accepted: Callable[[str, str], None] | None = None) -> RemoteResult:
         """Run one job here from POST to a checked MP4; RemoteError (naming this server) on any failure.
         ``on_accepted(server name, remote video id)`` is called once the server has accepted the job."""
         started = time.time()
@@ -342,13 +343,13 @@ class RemoteServer:
 
     def resume(self, request: GenerationRequest, tier_config: dict[str, Any], video_id: str, accepted_at: float,
                on_step: Callable[[RemoteProgress], None] | None = None,
-               cancel: Callable[[], bool] | None = None) -> RemoteClip:
+               cancel: Callable[[], bool] | None = None) -> RemoteResult:
         """Pick up a job this server accepted before the studio restarted (``accepted_at``: epoch seconds);
         its timeout still counts from then."""
         return self._finish(request, tier_config, video_id, accepted_at, on_step, cancel or (lambda: False))
 
     def _finish(self, request: GenerationRequest, tier_config: dict[str, Any], video_id: str, started: float,
-                on_step: Callable | None, cancel: Callable[[], bool]) -> RemoteClip:
+                on_step: Callable | None, cancel: Callable[[], bool]) -> RemoteResult:
         """Poll an accepted job to its end, fetch and check its MP4 (``started``: epoch seconds of the POST)."""
         deadline = time.monotonic() + self.spec.timeout_s - (time.time() - started)
         try:
@@ -443,7 +444,7 @@ class RemoteServer:
             pass  # best effort: the server may be gone
 
     def _clip(self, request: GenerationRequest, tier_config: dict[str, Any], video_id: str, final: dict[str, Any],
-              mp4: bytes, probe: Any, client_time: float, download_time: float) -> RemoteClip:
+              mp4: bytes, probe: Any, client_time: float, download_time: float) -> RemoteResult:
         """The sidecar a stored clip needs, from the MP4 itself and the server's final status."""
         server_time = final.get("inference_time_s")
         reported = isinstance(server_time, (int, float)) and not isinstance(server_time, bool) and server_time > 0
@@ -466,7 +467,7 @@ class RemoteServer:
             client_time_s=client_time, peak_memory_mb=peak,
             remote=RemoteOrigin(self.spec.name, self.spec.url, video_id, self.spec.params, final.get("model")),
         )
-        return RemoteClip(mp4=mp4, inference_time_s=sidecar.inference_time_s, peak_memory_mb=peak,
+        return RemoteResult(mp4=mp4, inference_time_s=sidecar.inference_time_s, peak_memory_mb=peak,
                           _sidecar=sidecar.to_json())
 
     def close(self) -> None:
@@ -538,7 +539,7 @@ class RemoteTier:
                            request.duration_seconds, model_id, model_name, remote=True)
 
     def generate(self, job: RemoteJob, on_step: Callable | None = None,
-                 cancel: Callable[[], bool] | None = None) -> RemoteClip:
+                 cancel: Callable[[], bool] | None = None) -> RemoteResult:
         """A server that turns out unreachable when the job is posted is marked unhealthy and the next one is
         tried; a failure after that ends the job. A resumed job goes back to the server that accepted it."""
         if job.resume is not None:
@@ -553,7 +554,7 @@ class RemoteTier:
             finally:
                 self.pool.release(server)
 
-    def _resume(self, job: RemoteJob, on_step: Callable | None, cancel: Callable[[], bool] | None) -> RemoteClip:
+    def _resume(self, job: RemoteJob, on_step: Callable | None, cancel: Callable[[], bool] | None) -> RemoteResult:
         """Poll the job on the server that accepted it (the service resumes only jobs whose server it has)."""
         server = self.pool.server(job.resume["server"])
         accepted = datetime.fromisoformat(job.resume["accepted_at"].replace("Z", "+00:00")).timestamp()
