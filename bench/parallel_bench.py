@@ -193,7 +193,7 @@ def measure(world: int, args: argparse.Namespace) -> dict:
                 if dead:
                     for process in processes:
                         process.kill()
-                    raise RuntimeError(f"world {world}: rank(s) failed {dead}")
+                    raise RuntimeError(f"world {world}: rank(s) failed {dead}") from None
         for process in processes:
             process.join(timeout=120)
     return record

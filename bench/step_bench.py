@@ -151,7 +151,7 @@ def main(argv=None):
             inputs, S = packed_inputs(model, frames, audio)
             reps = args.reps if S < 60000 else 1
             runs = []
-            for i in range(reps + (1 if S < 60000 else 0)):  # a warm-up forward at the short length only
+            for _ in range(reps + (1 if S < 60000 else 0)):  # a warm-up forward at the short length only
                 total, per_block, finite = timed_forward(model, inputs)
                 runs.append({"total_ms": total, "block_ms_median": statistics.median(per_block),
                              "block_ms_min": min(per_block), "block_ms_max": max(per_block), "finite": finite})

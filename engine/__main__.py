@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--model", default=None)
     info.add_argument("--memory-only", action="store_true",
                       help="only the memory plan, from the configs (reads no weights; a configs-only folder works)")
-    info.add_argument("--gpu-memory-gib", type=float, default=None, help="plan for GPUs of this size (default: this one)")
+    info.add_argument("--gpu-memory-gib", type=float, default=None,
+                      help="plan for GPUs of this size (default: this one)")
     info.add_argument("--gpus", type=int, default=1, help="with --gpu-memory-gib: how many (the parallel engine)")
 
     tiers = commands.add_parser("tiers", help="print the tier table as JSON")

@@ -61,7 +61,8 @@ class AttentionRuntime:
         return record
 
 
-def tile_row_order(video_start: int, video_order: torch.Tensor, padded_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+def tile_row_order(video_start: int, video_order: torch.Tensor,
+                   padded_length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Full-sequence permutation: sink rows stay, video rows go to tile order, padding stays at the end."""
     valid = video_start + video_order.numel()
     order = torch.cat([torch.arange(video_start), video_start + video_order, torch.arange(valid, padded_length)])

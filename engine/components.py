@@ -219,10 +219,12 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
         try:
             transformer_ref = _load_one(spec, ref_folder, dtype, torch.device(placement.get("transformer", device_obj)))
         except Exception as error:  # noqa: BLE001 - reported like every other component
-            raise ModelLoadError(str(root), [f"transformer_ref/: failed to load: {type(error).__name__}: {error}"])
+            raise ModelLoadError(str(root),
+                                 [f"transformer_ref/: failed to load: {type(error).__name__}: {error}"]) from error
     text_layers = loaded["text_encoder"].config.text_config.num_hidden_layers if loaded["text_encoder"] else None
     if text_layers is not None and text_layers <= 50:
-        raise ModelLoadError(str(root), [f"text_encoder/: has {text_layers} decoder layers; H3 reads hidden_states[50]"])
+        raise ModelLoadError(str(root),
+                             [f"text_encoder/: has {text_layers} decoder layers; H3 reads hidden_states[50]"])
     return Components(
         **loaded,
         pipeline_config=pipeline_config,

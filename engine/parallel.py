@@ -244,9 +244,9 @@ class _WorkerGroup:
             except queue.Empty:
                 if self.dead():
                     rank, code = self.dead()[0]
-                    raise ParallelWorkerError(f"worker rank {rank} exited during start-up (exit code {code})")
+                    raise ParallelWorkerError(f"worker rank {rank} exited during start-up (exit code {code})") from None
                 if time.monotonic() > deadline:
-                    raise ParallelWorkerError(f"workers not ready after {timeout_s:.0f} s")
+                    raise ParallelWorkerError(f"workers not ready after {timeout_s:.0f} s") from None
                 continue
             if message.status == "start_error":
                 if isinstance(message.value, tuple) and message.value[0] == "ModelLoadError":

@@ -218,8 +218,8 @@ def print_table(report: dict[str, Any]) -> None:
     for key in [k for k in report if k.startswith("ranking_") and report[k]]:
         r = report[key]
         print(f"{key}: AUC {r['auc_ghost_vs_harmless']}, harmless flagged at 95% ghost recall "
-              f"{r['harmless_flagged_at_95pct_ghost_recall']:.0%}, mean ghost rank {r['mean_rank_of_ghosts_worst_first']}"
-              f" of {r['cases']}")
+              f"{r['harmless_flagged_at_95pct_ghost_recall']:.0%}, "
+              f"mean ghost rank {r['mean_rank_of_ghosts_worst_first']} of {r['cases']}")
 
 
 def test_ghost_detector_calibration():

@@ -105,7 +105,8 @@ extra_body = { flow_shift = 5.0 }
     ("[[remote]]\nname = 'a'\nurl = 'ftp://x'\ntier = 't'\n", "remote[0].url: 'ftp://x' must be an http"),
     ("[[remote]]\nname = 'a b'\nurl = 'http://x'\ntier = 't'\n", "remote[0].name: 'a b' must be letters"),
     ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\nport = 1\n", "remote[0].port: unknown key"),
-    ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\ntimeout_s = 0\n", "remote[0].timeout_s: must be a positive"),
+    ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\ntimeout_s = 0\n",
+     "remote[0].timeout_s: must be a positive"),
     ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\nsteps = 0\n", "remote[0].steps: must be an integer"),
     ("[[remote]]\nname = 'a'\nurl = 'http://x'\ntier = 't'\napi_key = 'env:H3_NOT_SET_ANYWHERE'\n",
      "environment variable 'H3_NOT_SET_ANYWHERE' is not set"),
@@ -315,7 +316,8 @@ def test_failures_end_the_job_with_a_message_naming_the_server(scripted, script,
 
 
 def test_busy_server_is_asked_again_and_cancel_deletes_the_job(scripted):
-    server, pool = scripted(post=[(429, {"error": {"message": "queue full"}}), (200, {"id": "vid_1", "status": "queued"})])
+    server, pool = scripted(post=[(429, {"error": {"message": "queue full"}}),
+                                  (200, {"id": "vid_1", "status": "queued"})])
     assert run_one(pool).inference_time_s == 2.5
     assert [p for m, p, _, _ in server.requests if m == "POST"] == ["/v1/videos", "/v1/videos"]
 
@@ -381,7 +383,8 @@ class StudioServer:
 
     def ready(self) -> bool:
         if self.process.poll() is not None:
-            raise AssertionError(f"{self.name} exited ({self.process.returncode}):\n{self.log_path.read_text()[-3000:]}")
+            log = self.log_path.read_text()[-3000:]
+            raise AssertionError(f"{self.name} exited ({self.process.returncode}):\n{log}")
         try:
             return httpx.get(f"{self.url}/health", timeout=2).status_code == 200
         except httpx.HTTPError:

@@ -206,7 +206,7 @@ def test_engine_keeps_serving_after_a_failing_tier(nano_components, tmp_path):
     table = TierTable.load()
     table.add(TierSpec("broken-lora", "LoRA that fails to load", steps=3, lora=LoraSpec(str(broken))))
     engine = Engine(nano_components, table)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - any load failure will do: the point is what the engine is after it
         engine.generate({"prompt": PROMPT, "tier": "broken-lora"})
     before = engine.latents({"prompt": PROMPT, "seed": 4, "steps": 3})
     assert before["video_rows"].isfinite().all()

@@ -117,8 +117,9 @@ def track(frames: np.ndarray) -> Track:
 
     Two passes: the temporal-median background finds the shape's colour (the median colour of the interiors of the
     pixels that depart from it); then each frame's shape is the largest region nearer that colour than the
-    background's one or two dominant colours (a checkerboard has two), which gives the centre and the fill ratio. The median alone cuts a shape that stays on some pixels for most of the clip (a
-    slow or vertical motion of a large shape), which biased centres and read circles as triangles.
+    background's one or two dominant colours (a checkerboard has two), which gives the centre and the fill ratio.
+    The median alone cuts a shape that stays on some pixels for most of the clip (a slow or vertical motion of a
+    large shape), which biased centres and read circles as triangles.
     """
     video = frames.astype(np.float32) / (255.0 if frames.dtype == np.uint8 else 1.0)
     background = np.median(video, axis=0)

@@ -75,7 +75,8 @@ def build_tokenizer(captions: list[str], out_dir: Path):
 
 
 def build_text_encoder(tokenizer, seed: int):
-    """The nano conditioner: hidden 32, 51 decoder layers (H3 reads hidden_states[50]), vocabulary sized to `tokenizer`."""
+    """The nano conditioner: hidden 32, 51 decoder layers (H3 reads hidden_states[50]), vocabulary sized to
+    `tokenizer`."""
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in QWEN_SPECIAL_TOKENS}
@@ -157,11 +158,13 @@ def prompt_separation(text_encoder, tokenizer) -> dict:
     accuracy = {}
     for a, name in enumerate(ATTRIBUTES):
         classes = int(train_labels[:, a].max()) + 1
-        centroids = F.normalize(torch.stack([train_means[train_labels[:, a] == k].mean(0) for k in range(classes)]), dim=-1)
+        means = [train_means[train_labels[:, a] == k].mean(0) for k in range(classes)]
+        centroids = F.normalize(torch.stack(means), dim=-1)
         accuracy[name] = round(float(((held_means @ centroids.T).argmax(1) == held_labels[:, a]).float().mean()), 3)
     states, mask = encode_batch(text_encoder, tokenizer, list(SEPARATION_PROMPTS))
     text_encoder.train(was_training)
-    return {"six_prompt_cosine_mean": round(float(cosine.mean()), 3), "six_prompt_cosine_max": round(float(cosine.max()), 3),
+    return {"six_prompt_cosine_mean": round(float(cosine.mean()), 3),
+            "six_prompt_cosine_max": round(float(cosine.max()), 3),
             "heldout_nearest_centroid_accuracy": accuracy, "state_std": round(float(states[mask].std()), 3)}
 
 
@@ -194,7 +197,8 @@ def train_text_encoder(text_encoder, tokenizer, seconds: float, seed: int, log: 
         optimizer.step()
         if step % 100 == 0:
             log.append([step, round(time.time() - begin, 1), round(loss.item(), 4), round(scale.item(), 4)])
-            print(f"  text encoder step {step}: probe loss {loss.item():.3f}, scale penalty {scale.item():.3f}", flush=True)
+            print(f"  text encoder step {step}: probe loss {loss.item():.3f}, scale penalty {scale.item():.3f}",
+                  flush=True)
         step += 1
     text_encoder.eval()
 

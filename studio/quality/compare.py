@@ -2,7 +2,8 @@
 
 Data path: check (or, with align, reconcile) the pair -> one full-resolution pass per frame pair (PSNR, SSIM,
 sharpness, abs-diff, analysis planes) -> per-clip motion (flow-warping error, speed) -> temporal consistency
-(candidate against baseline, with the baseline's flow) -> ghost detector -> FLIP maps -> LPIPS -> audio -> gates (applied when the summary is built, so changing `gates` needs no recomputation).
+(candidate against baseline, with the baseline's flow) -> ghost detector -> FLIP maps -> LPIPS -> audio -> gates
+(applied when the summary is built, so changing `gates` needs no recomputation).
 """
 
 from __future__ import annotations

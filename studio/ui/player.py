@@ -128,8 +128,10 @@ element.addEventListener('change', e => {
   else if (act === 'loop') { state.loop = e.target.checked; }
 });
 window.h3Player = {seekFrame: f => { if (!state.playing) seekFrame(f, false); }, play, pause,
-                   state: () => ({playing: state.playing, time: now(), videos: videos().map(v => v ? v.currentTime : null)})};
+                   state: () => ({playing: state.playing, time: now(),
+                                  videos: videos().map(v => v ? v.currentTime : null)})};
 """ % {"baseline": BASELINE_VIDEO_ID, "candidate": CANDIDATE_VIDEO_ID, "slider": FRAME_SLIDER_ID}  # noqa: UP031
 
 # Runs in the browser before the frame slider's Python handler: seeks both videos to the slider's frame.
-SEEK_ON_SLIDE_JS = "(pair, frame, view) => { if (window.h3Player) window.h3Player.seekFrame(frame); return [pair, frame, view]; }"
+SEEK_ON_SLIDE_JS = ("(pair, frame, view) => { if (window.h3Player) window.h3Player.seekFrame(frame); "
+                    "return [pair, frame, view]; }")
