@@ -233,8 +233,8 @@ def measure_decode(tiny: bool, device: str, clock: Clock, requests: list[str]) -
         video = torch.randn(video_shape, device=device, dtype=dtype)
         audio = torch.randn(audio_shape, device=device, dtype=dtype)
         with torch.no_grad():
-            out[name] = {"video_decode_ms": clock(lambda: vae.decode(video), reps=1),
-                         "audio_decode_ms": clock(lambda: audio_vae.decode(audio), reps=1)}
+            out[name] = {"video_decode_ms": clock(lambda video=video: vae.decode(video), reps=1),
+                         "audio_decode_ms": clock(lambda audio=audio: audio_vae.decode(audio), reps=1)}
         del video, audio
         if device == "cuda":
             torch.cuda.empty_cache()

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from engine import stages
 from engine.components import NANO_PATH, load_components
 from engine.errors import ModelLoadError
-from engine.media import probe_mp4
 from engine.layout import build_layout, resolve_canvas
-from engine import stages
+from engine.media import probe_mp4
 
 ROOT = NANO_PATH.parent.parent
 PROMPT = "a red circle moves left to right over a grey background"

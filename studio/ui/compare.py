@@ -16,7 +16,6 @@ import gradio as gr
 from db.errors import StoreError
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui.common import completed_pair_dropdown, error_html
-from studio.ui.conditioning import NANO_NOTE, conditioning_items
 from studio.ui.compare_data import (
     NOT_AVAILABLE,
     PICK,
@@ -29,6 +28,7 @@ from studio.ui.compare_data import (
     pair_ready,
     worst_frames_table,
 )
+from studio.ui.conditioning import NANO_NOTE, conditioning_items
 from studio.ui.media import ClipCache, MediaDir, audio_figure
 from studio.ui.panels import config_html, pair_summary_html, quality_html
 from studio.ui.player import (
@@ -178,7 +178,8 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
     frame.change(render, [pair, frame, view], render_outputs, js=SEEK_ON_SLIDE_JS, trigger_mode="always_last",
                  show_progress="hidden", **read_limits)
     view.change(render, [pair, frame, view], render_outputs, **read_limits)
-    refresh.click(lambda current: completed_pair_dropdown(service, current, newest_if_gone=True), pair, pair, queue=False)
+    refresh.click(lambda current: completed_pair_dropdown(service, current, newest_if_gone=True), pair, pair,
+                  queue=False)
 
     def jump_worst(pair_id, key):
         if not pair_id:
