@@ -39,3 +39,14 @@ def test_uploads_become_input_fields_and_errors_find_their_slot(tmp_path):
     inputs = upload_inputs({"path": str(a)}, None, [{"path": str(a)}, {"path": str(b)}])
     assert inputs == {"first_frame": a.read_bytes(), "references": [a.read_bytes(), b"x"]}
     assert input_slot("references[1]") == "references" and input_slot("prompt") is None
+
+
+def test_the_configuration_panel_names_the_task():
+    from types import SimpleNamespace
+
+    from studio.ui.panels import config_html
+
+    view = SimpleNamespace(tier_config={"task": "ref2va", "steps": 1}, configuration_key="k" * 64, prompt="p")
+    assert "task ref2va · steps 1" in config_html(view)
+    assert "task" not in config_html(SimpleNamespace(tier_config={"steps": 1}, configuration_key="k" * 64,
+                                                     prompt="p"))

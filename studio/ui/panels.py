@@ -62,6 +62,8 @@ def config_html(view) -> str:
     """The exact tier configuration under review (what a verdict will be stored against)."""
     config = view.tier_config
     parts = [f"steps {config.get('steps')}"]
+    if config.get("task"):  # fl2va / ref2va: part of the configuration key (t2va configs carry none)
+        parts.insert(0, f"task {config['task']}")
     if config.get("lora"):
         parts.append(f"LoRA {config['lora'].get('path')} ×{config['lora'].get('scale')}")
     if config.get("sparse"):
