@@ -95,7 +95,8 @@ def test_blind_review_campaign_and_admin_only_rule_in_the_browser(tmp_path):
             page.locator("#h3-config-table").get_by_text(pair["configuration_key"][:12]).filter(
                 visible=True).first.click()
             told = 1 if a_role == "candidate" else 0
-            page.locator("#h3-told-apart", has_text=f"{told} of 1").wait_for()
+            page.locator("#h3-config-table", has_text=f"{told} of 1").wait_for()  # the table's column
+            page.locator("#h3-told-apart", has_text=f"{told} of 1").wait_for()  # and the row's detail
 
             # A reviewer cannot change the approval rule from the UI either.
             page.locator("#h3-rule-editor").get_by_text("Change the approval rule").click()

@@ -17,7 +17,7 @@ from studio.ui.common import actor_of, error_html
 from studio.ui.review import HISTORY_HEADERS
 
 CONFIG_HEADERS = ["configuration", "tier", "steps", "duration s", "status", "accepts", "rejects",
-                  "distinct accepted prompts", "pairs", "last used (UTC)"]
+                  "distinct accepted prompts", "pairs", "blind: told apart", "last used (UTC)"]
 
 
 def build_configurations_tab(service: StudioService, accounts: Accounts | None = None) -> dict[str, Any]:
@@ -100,7 +100,13 @@ def _config_row(config: dict[str, Any]) -> list[Any]:
     tier_config = config["tier_config"]
     return [config["key"][:12], config["tier_name"], tier_config.get("steps"), config["duration_seconds"],
             "approved" if config["approved"] else "not approved", config["accepts"], config["rejects"],
-            config["distinct_accepted_prompts"], config["pair_count"], config["updated_at"][:19].replace("T", " ")]
+            config["distinct_accepted_prompts"], config["pair_count"], _told_apart(config["blind"]),
+            config["updated_at"][:19].replace("T", " ")]
+
+
+def _told_apart(blind: dict[str, Any]) -> str:
+    """"2 of 5" blind verdicts judged the accelerated clip worse; "—" without blind verdicts."""
+    return f"{blind['candidate_worse']} of {blind['blind_verdicts']}" if blind["blind_verdicts"] else "—"
 
 
 def _decision_text(verdict: dict[str, Any]) -> str:
