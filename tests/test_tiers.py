@@ -70,7 +70,8 @@ def test_cli_tiers_prints_availability_json():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
-    assert set(rows) == {"baseline", "turbo", "turbo-5", "sol", "turbo-sparse"}
+    assert set(rows) == {"baseline", "turbo", "turbo-5", "sol", "turbo-sparse", "fp8", "sol-fp8"}
+    assert rows["fp8"]["available"] and "fp8 linears" in rows["sol-fp8"]["techniques"]
     for row in rows.values():
         assert {"name", "steps", "status", "available", "reason"} <= set(row)
     assert rows["baseline"]["available"] and rows["sol"]["available"]
