@@ -115,13 +115,25 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
 
     def send_away(module, args, kwargs):
         if next(encoder.parameters()).device == device:
-            encoder.to("meta" if reload else "cpu")
+            if reload:
+                _drop_parameters(encoder)
+            else:
+                encoder.to("cpu")
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         return args, kwargs
 
     return [encoder.model.register_forward_pre_hook(bring, with_kwargs=True),
             components.transformer.register_forward_pre_hook(send_away, with_kwargs=True)]
+
+
+def _drop_parameters(module: torch.nn.Module) -> None:
+    """Free every parameter (moved to the meta device) but keep the buffers: the rotary inverse frequencies are
+    computed at construction and are not in the checkpoint that reload reads."""
+    for child in module.modules():
+        for name, parameter in child._parameters.items():
+            if parameter is not None:
+                child._parameters[name] = torch.nn.Parameter(parameter.to("meta"), requires_grad=False)
 
 
 # The machines the design card names, by nvidia-smi's total memory per GPU.
