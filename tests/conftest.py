@@ -18,6 +18,14 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_campaigns.py": ("slow",),  # nano pairs in bulk
     "tests/test_review_studio_e2e.py": ("browser", "slow"),
     "tests/test_kernels_gpu.py": ("gpu",),
+    "tests/test_conditioner.py": ("slow",),  # saves and reloads a 60-layer Qwen3-VL
+    "tests/test_memory_guard.py": ("slow",),  # fake-tensor figures for the nano, a studio, a clip
+    "tests/test_memory_bench.py": ("slow",),  # every placement through Engine.generate
+    **{f"tests/test_memory.py::{name}": ("slow",) for name in (  # the released 33B configs on the meta device
+        "test_sizes_come_from_the_real_configs", "test_the_14s_request_is_104k_rows_and_costs_more_than_5s",
+        "test_one_h200_holds_everything_once_the_conditioner_is_pruned", "test_four_80gb_gpus_shard_the_conditioner",
+        "test_one_80gb_gpu_cannot_serve_and_says_where_it_falls_short",
+        "test_engine_info_reports_the_plan_from_configs_alone")},
     "tests/test_parallel.py": ("slow",),  # worker process groups
     "tests/test_remote.py": ("slow",),  # studio servers in subprocesses
     "tests/test_ui_inputs.py": ("slow",),  # builds the whole studio page over the nano
