@@ -1,8 +1,9 @@
 """What the review UI shows of a stored clip: decoded frames, its soundtrack as WAV, spectrograms.
 
 Everything here is read back from the stored MP4 (the same bytes a reviewer downloads), never from the engine's
-in-memory tensors, so what the UI shows is what ships. Decoding is cached per clip sha: moving the frame slider
-must not decode the video again.
+in-memory tensors, so what the UI shows is what ships. Clips are decoded by studio.quality's read_clip (the one
+decoded-clip type, ClipData: the frames and sound the metrics were computed on) and cached per clip sha: moving
+the frame slider must not decode the video again.
 """
 
 from __future__ import annotations
@@ -14,55 +15,16 @@ import tempfile
 import threading
 import wave
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
+
+from studio.quality import ClipData, read_clip
 
 DISPLAY_MIN_WIDTH = 448  # nano clips are 224 px wide: show them at least 2× so single-pixel ghosts stay visible
 DISPLAY_MAX_SCALE = 4
 FRAME_CACHE_BYTES = 1 << 30  # decoded frames kept in memory across all clips
-
-
-@dataclass(frozen=True)
-class DecodedClip:
-    """A stored clip as arrays: frames uint8 (T, H, W, 3), audio float32 (C, N) at ``sample_rate``."""
-
-    frames: np.ndarray
-    fps: float
-    audio: np.ndarray | None
-    sample_rate: int | None
-
-    @property
-    def nbytes(self) -> int:
-        return self.frames.nbytes + (self.audio.nbytes if self.audio is not None else 0)
-
-
-def decode_clip(path: str | Path) -> DecodedClip:
-    """Decode every video frame and the whole soundtrack of an MP4 with PyAV."""
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        frames = np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(stream)])
-        fps = float(stream.average_rate or 24)
-        audio = sample_rate = None
-        if container.streams.audio:
-            container.seek(0)
-            astream = container.streams.audio[0]
-            sample_rate = astream.codec_context.sample_rate
-            chunks = [frame.to_ndarray() for frame in container.decode(astream)]
-            if chunks:
-                audio = _planar(np.concatenate(chunks, axis=1), astream.codec_context.channels)
-    return DecodedClip(frames, fps, audio, sample_rate)
-
-
-def _planar(samples: np.ndarray, channels: int) -> np.ndarray:
-    """PyAV gives planar (C, N) for fltp and interleaved (1, N·C) for packed formats: always return (C, N)."""
-    samples = samples.astype(np.float32)
-    if samples.shape[0] == channels:
-        return samples
-    return samples.reshape(-1, channels).T.copy()
 
 
 class ClipCache:
@@ -73,11 +35,11 @@ class ClipCache:
 
     def __init__(self, max_bytes: int = FRAME_CACHE_BYTES):
         self.max_bytes = max_bytes
-        self._clips: OrderedDict[str, DecodedClip] = OrderedDict()
+        self._clips: OrderedDict[str, ClipData] = OrderedDict()
         self._lock = threading.Lock()
         self._decoding: dict[str, threading.Lock] = {}
 
-    def get(self, sha: str, path: str | Path) -> DecodedClip:
+    def get(self, sha: str, path: str | Path) -> ClipData:
         with self._lock:
             if sha in self._clips:
                 self._clips.move_to_end(sha)
@@ -87,7 +49,7 @@ class ClipCache:
             with self._lock:
                 if sha in self._clips:
                     return self._clips[sha]
-            clip = decode_clip(path)
+            clip = read_clip(path)
             with self._lock:
                 self._clips[sha] = clip
                 self._decoding.pop(sha, None)
@@ -95,11 +57,15 @@ class ClipCache:
             return clip
 
     def _evict(self) -> None:
-        total = sum(c.nbytes for c in self._clips.values())
+        total = sum(_nbytes(c) for c in self._clips.values())
         # Keep the two newest whatever their size: a compare view needs both clips of its pair at once.
         while len(self._clips) > 2 and total > self.max_bytes:
             _, dropped = self._clips.popitem(last=False)
-            total -= dropped.nbytes
+            total -= _nbytes(dropped)
+
+
+def _nbytes(clip: ClipData) -> int:
+    return clip.frames.nbytes + (clip.audio.nbytes if clip.audio is not None else 0)
 
 
 def display_frame(frame: np.ndarray) -> np.ndarray:
@@ -147,7 +113,7 @@ class MediaDir:
             target.with_suffix(".part").replace(target)
         return str(target)
 
-    def wav(self, sha: str, clip: DecodedClip) -> str | None:
+    def wav(self, sha: str, clip: ClipData) -> str | None:
         if clip.audio is None or clip.sample_rate is None:
             return None
         target = self.root / f"{sha[:32]}.wav"
@@ -188,7 +154,7 @@ def envelope(signal: np.ndarray, sample_rate: int, bins: int = 800) -> tuple[np.
     return seconds, chunks.min(axis=1), chunks.max(axis=1)
 
 
-def audio_figure(clips: dict[str, DecodedClip], frame: int | None = None):
+def audio_figure(clips: dict[str, ClipData], frame: int | None = None):
     """One matplotlib figure: per clip a waveform (both channels) and a spectrogram (channel mean), shared axes
     and one colour scale, so a difference in the picture is a difference in the sound. ``frame`` marks the
     compare slider's time."""
