@@ -85,6 +85,7 @@ class ParallelContext:
     replica_group: Any  # ProcessGroup of the R ranks sharing u
     fsdp_mesh: Any  # 1-D DeviceMesh over all ranks
     counted_rows: int = 0  # rows a single process would hold this request (the cache statistic counts these)
+    conditioner_sharded: bool = False  # every rank holds a shard of the conditioner and encodes (engine/memory.py)
 
     @classmethod
     def create(cls, rank: int, world: int, device: torch.device, heads: int) -> ParallelContext:
@@ -111,9 +112,12 @@ class ParallelContext:
 
     @torch.no_grad()
     def encode_text(self, components, prompt: str) -> torch.Tensor:
-        """Rank 0 encodes, everyone receives `(1, T, text_dim)` embeddings (rank 0 alone holds the encoder)."""
+        """`(1, T, text_dim)` embeddings on every rank. Sharded conditioner: every rank runs it (FSDP gathers one
+        layer at a time) and gets the same result. Otherwise rank 0 alone holds it, encodes and broadcasts."""
         from engine.stages import encode_text
 
+        if self.conditioner_sharded:
+            return encode_text(components, prompt)
         embeds = encode_text(components, prompt).contiguous() if self.rank == 0 else None
         meta = torch.tensor(list(embeds.shape) if embeds is not None else [0, 0, 0], dtype=torch.int64,
                             device=self.device)
@@ -325,5 +329,21 @@ def shard_weights(transformer: torch.nn.Module, mesh) -> int:
     return len(units) + 1
 
 
+def shard_conditioner(text_encoder: torch.nn.Module, mesh) -> int:
+    """FSDP2 over the group for the conditioner (engine/memory.py's "sharded" placement): one unit per decoder
+    layer and `text_encoder.model` as the root, since diffusers calls `text_encoder.model(...)`, never the top-level
+    forward. Parameters on the CPU move to the mesh's device as they are sharded. Returns the unit count."""
+    from torch.distributed.fsdp import fully_shard
+
+    layers = list(text_encoder.model.language_model.layers)
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(text_encoder.model, mesh=mesh)
+    for layer, following in zip(layers, layers[1:]):
+        if hasattr(layer, "set_modules_to_forward_prefetch"):
+            layer.set_modules_to_forward_prefetch([following])
+    return len(layers) + 1
+
+
 __all__ = ["SAFE_NCCL_ENV", "MeshShape", "ParallelContext", "install_sequence_shards", "join_group",
-           "shard_weights"]
+           "shard_conditioner", "shard_weights"]

@@ -30,7 +30,13 @@ import torch.distributed as dist
 
 # Only light modules at the top: the parent (CLI, app) never imports diffusers; the forkserver imports it once.
 from engine.clip import Clip
-from engine.distributed import ParallelContext, install_sequence_shards, join_group, shard_weights
+from engine.distributed import (
+    ParallelContext,
+    install_sequence_shards,
+    join_group,
+    shard_conditioner,
+    shard_weights,
+)
 from engine.errors import GenerationCancelled, ModelLoadError, RequestError
 from engine.interface import RequestPlan, plan_request
 from engine.request import GenerationRequest, ModelLimits
@@ -73,6 +79,7 @@ class WorkerSpec:
     device_type: str  # "cuda" (NCCL) or "cpu" (gloo)
     init_file: str  # file:// rendezvous, fresh per group start
     collective_timeout_s: float = 600.0
+    conditioner: str = "auto"  # auto (the memory plan decides on CUDA; rank 0 on CPU) | sharded | rank0
 
 
 @dataclass(frozen=True)
@@ -125,19 +132,46 @@ def _configure_process(spec: WorkerSpec, rank: int) -> torch.device:
 def _load_engine(spec: WorkerSpec, rank: int, device: torch.device):
     from engine.components import load_components
     from engine.engine import Engine
+    from engine.placement import machine_here
 
     join_group(spec.device_type, spec.init_file, rank, spec.world, spec.collective_timeout_s)
-    # The transformer is loaded on the CPU and FSDP moves each rank's shard onto its device; rank 0 alone runs the
-    # text encoder.
+    # The transformer is loaded on the CPU and FSDP moves each rank's shard onto its device. The conditioner is
+    # sharded the same way when the memory plan says so (or `spec.conditioner` forces it); otherwise rank 0 alone
+    # holds it, on the GPU or offloaded as the plan says (engine/placement.py).
+    machine = machine_here(device, spec.world)
+    sharded = spec.conditioner == "sharded" or (spec.conditioner == "auto" and machine is not None
+                                                and _planned_placement(spec, machine) == "sharded")
     placement = {"transformer": "cpu"}
-    if rank != 0:
+    if sharded or (rank == 0 and machine is not None):
+        placement["text_encoder"] = "cpu"
+    elif rank != 0:
         placement["text_encoder"] = None
     components = load_components(spec.model_path, device=str(device), placement=placement)
     transformer = components.transformer
     ctx = ParallelContext.create(rank, spec.world, device, transformer.config.num_attention_heads)
     shard_weights(transformer, ctx.fsdp_mesh)
+    if sharded:
+        shard_conditioner(components.text_encoder, ctx.fsdp_mesh)
+        ctx.conditioner_sharded = True
     install_sequence_shards(transformer, ctx)
-    return Engine(components, TierTable.load(spec.tiers_file), parallel=ctx), ctx
+    return Engine(components, TierTable.load(spec.tiers_file), parallel=ctx, machine=machine), ctx
+
+
+def _planned_placement(spec: WorkerSpec, machine) -> str:
+    """The memory plan's placement for this checkpoint on `machine` (configs only; every rank computes the same)."""
+    import json as json_module
+
+    from engine.components import DEFAULT_PIPELINE_CONFIG, NANO_PATH
+    from engine.footprint import geometry_of
+    from engine.placement import plan_for
+
+    root = spec.model_path or str(NANO_PATH)
+    studio = os.path.join(root, "h3_studio.json")
+    pipeline = dict(DEFAULT_PIPELINE_CONFIG)
+    if os.path.isfile(studio):
+        with open(studio) as handle:
+            pipeline.update(json_module.load(handle).get("pipeline", {}))
+    return plan_for(root, machine, geometry_of(root, pipeline)).plan.placement
 
 
 def _summary(engine) -> dict:
@@ -300,13 +334,17 @@ class ParallelEngine:
 
     def __init__(self, model_path: str | None = None, tiers_file: str | None = None, world: int = 2,
                  device: str | None = None, start_timeout_s: float = 1800.0, stall_timeout_s: float = 900.0,
-                 grace_s: float = 3.0):
+                 grace_s: float = 3.0, conditioner: str = "auto"):
+        """`conditioner`: auto (the memory plan decides), sharded (FSDP over the ranks) or rank0 (whole on rank 0)."""
         if world < 2:
             raise RequestError("ulysses", f"a parallel engine needs ≥ 2 processes, got {world}")
         device_type = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if device_type == "cuda" and torch.cuda.device_count() < world:
             raise RequestError("ulysses", f"{world} processes need {world} GPUs; {torch.cuda.device_count()} found")
+        if conditioner not in ("auto", "sharded", "rank0"):
+            raise RequestError("conditioner", f"must be auto, sharded or rank0, got {conditioner!r}")
         self.model_path, self.tiers_file, self.world, self.device_type = model_path, tiers_file, world, device_type
+        self.conditioner = conditioner
         self.tiers = TierTable.load(tiers_file)
         self.start_timeout_s, self.stall_timeout_s, self.grace_s = start_timeout_s, stall_timeout_s, grace_s
         self.restarts = 0
@@ -381,7 +419,7 @@ class ParallelEngine:
     def _start(self) -> None:
         rundir = tempfile.mkdtemp(prefix="h3-parallel-")
         spec = WorkerSpec(self.model_path, self.tiers_file, self.world, self.device_type,
-                          init_file=os.path.join(rundir, "rendezvous"))
+                          init_file=os.path.join(rundir, "rendezvous"), conditioner=self.conditioner)
         group = _WorkerGroup(spec, rundir)
         try:
             summary = group.wait_ready(self.start_timeout_s)

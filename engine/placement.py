@@ -96,6 +96,10 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
     encoder, device = components.text_encoder, components.device
     if encoder is None:
         return []
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(parameter, DTensor) for parameter in encoder.parameters()):
+        return []  # sharded by FSDP over the ranks (engine/distributed.py): it already sits where it runs
     if plan is None or plan.placement not in ("offload", "reload"):
         encoder.to(device)
         return []
