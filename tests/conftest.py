@@ -21,6 +21,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_conditioner.py": ("slow",),  # saves and reloads a 60-layer Qwen3-VL
     "tests/test_memory_guard.py": ("slow",),  # fake-tensor figures for the nano, a studio, a clip
     "tests/test_memory_bench.py": ("slow",),  # every placement through Engine.generate
+    "tests/test_parallel_conditioner.py": ("slow",),  # a 2-rank gloo group
     **{f"tests/test_memory.py::{name}": ("slow",) for name in (  # the released 33B configs on the meta device
         "test_sizes_come_from_the_real_configs", "test_the_14s_request_is_104k_rows_and_costs_more_than_5s",
         "test_one_h200_holds_everything_once_the_conditioner_is_pruned", "test_four_80gb_gpus_shard_the_conditioner",
