@@ -160,3 +160,20 @@ def test_e2e_bench_opencv_stand_in_writes_a_decodable_mp4():
         count += 1
     capture.release()
     assert count == 8
+
+
+def test_e2e_bench_random_loras_fit_the_model_they_were_written_for(tmp_path):
+    """--config full writes random rank-64 LoRAs for the turbo tiers: they must load fully onto that model."""
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    from bench.e2e_bench import tier_table, write_random_loras
+    from engine.lora import load_lora
+    from engine.nano_config import NANO_TRANSFORMER
+
+    model = MiniMaxH3Transformer3DModel(**NANO_TRANSFORMER)
+    path = write_random_loras(model, tmp_path, rank=4)
+    adapter = load_lora(path, model)
+    assert adapter.report.matched_layers == 6 * len(model.transformer_blocks) and adapter.report.rank == 4
+    table = tier_table(["baseline", "turbo", "fp8"], path)
+    assert list(table.tiers) == ["baseline", "turbo", "fp8"] and table.get("turbo").lora.resolved() == path
+    assert table.get("turbo").lora.merge and table.get("baseline").lora is None
