@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from db.campaigns import CampaignStore, PendingItem
 from db.errors import DataDirReadOnly, StorageFull, StoreError
@@ -26,7 +26,26 @@ from studio.pairs import PAIR_FIELDS, plan_pair
 from studio.roles import OPEN, Actor
 
 if TYPE_CHECKING:
-    from studio.service import StudioService
+    from db import ApprovalRule, Store
+    from engine.interface import RequestPlan
+    from studio.remote import RemotePool
+
+
+class CampaignHost(Protocol):
+    """What the runner uses of its StudioService (a protocol, not an import: the service owns the runner, and an
+    import back would tie the two modules in a cycle)."""
+
+    store: Store
+    remotes: RemotePool | None
+
+    @property
+    def approval_rule(self) -> ApprovalRule: ...
+
+    def plan(self, payload: dict[str, Any]) -> RequestPlan: ...
+
+    def submit_pair(self, payload: dict[str, Any], submitted_by: str | None = None) -> Any: ...
+
+    def queue_status(self) -> dict[str, Any]: ...
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +85,7 @@ def _seeds(value: Any) -> list[int]:
 class CampaignRunner:
     """Campaigns of one StudioService and the thread that feeds their pairs into its job queue."""
 
-    def __init__(self, service: StudioService, prompts_dir: Path = PROMPTS_DIR, poll_s: float = IDLE_POLL_S):
+    def __init__(self, service: CampaignHost, prompts_dir: Path = PROMPTS_DIR, poll_s: float = IDLE_POLL_S):
         self.service, self.prompts_dir, self.poll_s = service, Path(prompts_dir), poll_s
         self.store = CampaignStore(service.store)
         self._wake = threading.Event()
