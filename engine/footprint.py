@@ -34,9 +34,23 @@ GiB = 2**30
 FIT_ROWS = (4096, 8192)
 
 
+CLASS_OF = {"transformer": "MiniMaxH3Transformer3DModel", "vae": "AutoencoderKLMiniMaxH3",
+            "audio_vae": "AutoencoderKLMiniMaxH3Audio"}
+
+
 def _config(root: str | Path, folder: str) -> dict:
+    """The component's config with the class's defaults filled in, so a checkpoint that spells out every value and
+    one that leaves defaults out map to the same cached figures."""
+    import inspect
+
+    import diffusers
+
     config = json.loads((Path(root) / folder / "config.json").read_text())
-    return {k: v for k, v in config.items() if not k.startswith("_")}
+    defaults = {name: parameter.default for name, parameter in
+                inspect.signature(getattr(diffusers, CLASS_OF[folder]).__init__).parameters.items()
+                if parameter.default is not inspect.Parameter.empty}
+    merged = {**defaults, **{k: v for k, v in config.items() if not k.startswith("_")}}
+    return json.loads(json.dumps(merged))  # tuples as lists, as config.json has them
 
 
 class _FigureCache:
