@@ -127,8 +127,10 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
                 torch.cuda.empty_cache()
         return args, kwargs
 
+    # Whichever transformer denoises (ref2va's `transformer_ref` too) sends the conditioner away first.
+    transformers = [t for t in (components.transformer, getattr(components, "transformer_ref", None)) if t is not None]
     return [encoder.model.register_forward_pre_hook(bring, with_kwargs=True),
-            components.transformer.register_forward_pre_hook(send_away, with_kwargs=True)]
+            *(t.register_forward_pre_hook(send_away, with_kwargs=True) for t in transformers)]
 
 
 def _drop_parameters(module: torch.nn.Module) -> None:
