@@ -1,5 +1,8 @@
 """Ghost detector calibration: recall on planted ghosts, false positives on harmless differences.
 
+In-sample: these are the scenes the detector's settings were tuned on, so its figures are in-sample. The held-out
+measure is bench/ghost_heldout.py (a separately written generator; tests/test_ghost_heldout.py runs part of it).
+
 Synthetic scenes (studio.quality.synth): textured backgrounds, one or two textured subjects moving 4-11 px per
 frame at 672x384 (the same 336x192 analysis grid as a 1344x768 clip), some with a panning camera. Planted:
   - ghosts: a second copy of the subject where it was `lag` frames earlier (or later, lag < 0), at opacity
