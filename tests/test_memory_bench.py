@@ -16,8 +16,10 @@ def test_memory_bench_runs_every_placement_on_the_nano(tmp_path):
     assert list(result["placements"]) == ["resident", "offload", "reload"]  # reload runs last
     assert result["same_conditioning_every_placement"] is True  # reload read the conditioner from disk again
     assert result["plan"]["placement"] == "resident" and result["plan"]["requests"]["14.375 s"]["fits"]
-    for entry in result["placements"].values():
-        assert [r["tier"] for r in entry["requests"]] == ["baseline", "turbo"]
+    for placement, entry in result["placements"].items():
+        # every tier under the first placement, the first tier under the others (one device call has 600 s)
+        expected = ["baseline", "turbo"] if placement == "resident" else ["baseline"]
+        assert [r["tier"] for r in entry["requests"]] == expected
         for record in entry["requests"]:
             assert record["stages"]["encode_text"] > 0 and record["tokens"] > 0
             assert record["peak_GiB_measured"] is None  # no GPU: nothing measured, nothing claimed
