@@ -159,7 +159,10 @@ def _memory(args) -> dict:
         here = Machine(int(args.gpu_memory_gib * GiB), args.gpus, name=f"{args.gpus}x{args.gpu_memory_gib:g}GiB")
     else:
         here = machine_here(torch.device("cuda")) if torch.cuda.is_available() else None
-    return memory_report(root, geometry_of(root, pipeline), here)
+    from engine.tiers import TierTable
+
+    fp8 = any(tier.fp8 for tier in TierTable.load().tiers.values())  # the engine then keeps fp8 weight copies
+    return memory_report(root, geometry_of(root, pipeline), here, fp8)
 
 
 def _info(args) -> int:

@@ -106,7 +106,8 @@ class Engine:
 
         self.components = components
         self.parallel = parallel
-        self.memory = plan_for(components.path, machine, components.geometry) if machine is not None else None
+        fp8 = parallel is None and any(tier.fp8 for tier in (tiers or TierTable.load()).tiers.values())
+        self.memory = plan_for(components.path, machine, components.geometry, fp8) if machine is not None else None
         self._placement_hooks = apply_plan(components, self.memory.plan if self.memory else None)
         self.tiers = tiers or TierTable.load()
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])

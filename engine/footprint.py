@@ -109,6 +109,7 @@ class ComponentSizes:
     vision: int
     vae: int
     audio_vae: int
+    fp8_copies: int = 0  # fp8 tiers: the block linears kept as e4m3 + fp32 row scales beside bf16 (engine/fp8.py)
 
     def to_dict(self) -> dict:
         return {name: round(value / GiB, 3) for name, value in self.__dict__.items()}
@@ -184,7 +185,20 @@ def component_sizes(root: str | Path, dtype: torch.dtype = torch.bfloat16) -> Co
         vision=_bytes(full.model.visual, dtype),
         vae=_bytes(vae, dtype),
         audio_vae=_bytes(audio_vae, dtype),
+        fp8_copies=_fp8_copy_bytes(transformer),
     )
+
+
+def _fp8_copy_bytes(transformer: torch.nn.Module) -> int:
+    """Bytes of `engine.fp8.quantize_block_linears`' output: one byte per weight, 4 per output row (scales)."""
+    from engine.fp8 import BLOCK_LINEARS
+
+    total = 0
+    for block in transformer.transformer_blocks:
+        for name in BLOCK_LINEARS:
+            weight = block.get_submodule(name).weight
+            total += weight.numel() + 4 * weight.shape[0]
+    return total
 
 
 @dataclass(frozen=True)

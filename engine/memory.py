@@ -43,11 +43,14 @@ class Sizes:
     conditioner: int
     conditioner_unit: int
     vaes: int
+    extra: int = 0  # held beside the weights on rank 0, e.g. fp8 tiers' quantized copies of the block linears
 
     @classmethod
-    def of(cls, sizes) -> Sizes:
+    def of(cls, sizes, fp8: bool = False) -> Sizes:
+        """From `engine.footprint.ComponentSizes`; `fp8`: the tier table has fp8 tiers (the engine quantizes the
+        block linears once at load and keeps them)."""
         return cls(sizes.transformer, sizes.transformer_unit, sizes.conditioner, sizes.conditioner_unit,
-                   sizes.vae + sizes.audio_vae)
+                   sizes.vae + sizes.audio_vae, sizes.fp8_copies if fp8 else 0)
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class MemoryPlan:
         """Weight bytes on rank 0 between requests."""
         s, w = self.sizes, self.machine.world
         transformer = s.transformer if w == 1 else s.transformer // w + 2 * s.transformer_unit
-        return transformer + s.vaes + self.conditioner_resident
+        return transformer + s.vaes + s.extra + self.conditioner_resident
 
     def phases(self, cost: RequestCost) -> dict[str, int]:
         """Rank 0's bytes in each phase of `cost`."""

@@ -80,11 +80,12 @@ class MemoryGuard:
         return self.plan.to_dict(costs)
 
 
-def plan_for(root: str | Path, machine: Machine, geometry) -> MemoryGuard:
-    """Plan the checkpoint at `root` (configs only) for `machine`, holding the longest request."""
+def plan_for(root: str | Path, machine: Machine, geometry, fp8: bool = False) -> MemoryGuard:
+    """Plan the checkpoint at `root` (configs only) for `machine`, holding the longest request; `fp8`: the engine
+    keeps fp8 copies of the block linears (its tier table has fp8 tiers)."""
     from engine.footprint import component_sizes, request_cost
 
-    sizes = Sizes.of(component_sizes(root))
+    sizes = Sizes.of(component_sizes(root), fp8=fp8)
     longest = request_cost(root, geometry, LONGEST_SECONDS, PLAN_TEXT_TOKENS)
     return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry)
 
@@ -147,7 +148,7 @@ REFERENCE_MACHINES = {"1xH200": Machine(143_771 * 2**20, 1, name="1xH200"),
                       "4x80GB": Machine(81_559 * 2**20, 4, name="4xH100 80GB")}
 
 
-def memory_report(root: str | Path, geometry, here: Machine | None) -> dict:
+def memory_report(root: str | Path, geometry, here: Machine | None, fp8: bool = False) -> dict:
     """`python -m engine info`'s memory section: sizes, the two requests' computed costs, and the plan for this
     machine (if it has a GPU) and for each reference machine. Configs only: no weight is read."""
     from engine.footprint import component_sizes
@@ -156,7 +157,8 @@ def memory_report(root: str | Path, geometry, here: Machine | None) -> dict:
     machines = ({"this machine": here} if here is not None else {}) | REFERENCE_MACHINES
     report = {"sizes_GiB": sizes.to_dict(), "plans": {}}
     for label, machine in machines.items():
-        report["plans"][label] = plan_for(root, machine, geometry).to_dict()
+        report["plans"][label] = plan_for(root, machine, geometry, fp8 and machine.world == 1).to_dict()
+    report["fp8_copies_held"] = fp8  # single-GPU engines with fp8 tiers keep e4m3 copies of the block linears
     longest = plan_for(root, next(iter(machines.values())), geometry)
     costs = [longest.cost(seconds, PLAN_TEXT_TOKENS) for seconds in (5.0, LONGEST_SECONDS)]
     report["requests_GiB"] = {cost.label: {"rows": cost.rows, "encode": gib(cost.encode), "denoise": gib(cost.denoise),

@@ -26,7 +26,8 @@ MARKS: dict[str, tuple[str, ...]] = {
         "test_sizes_come_from_the_real_configs", "test_the_14s_request_is_104k_rows_and_costs_more_than_5s",
         "test_one_h200_holds_everything_once_the_conditioner_is_pruned", "test_four_80gb_gpus_shard_the_conditioner",
         "test_one_80gb_gpu_cannot_serve_and_says_where_it_falls_short",
-        "test_engine_info_reports_the_plan_from_configs_alone")},
+        "test_engine_info_reports_the_plan_from_configs_alone",
+        "test_fp8_tiers_keep_weight_copies_and_move_the_conditioner_off_one_h200")},
     "tests/test_parallel.py": ("slow",),  # worker process groups
     "tests/test_remote.py": ("slow",),  # studio servers in subprocesses
     "tests/test_ui_inputs.py": ("slow",),  # builds the whole studio page over the nano

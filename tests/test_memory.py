@@ -107,6 +107,15 @@ def test_engine_info_reports_the_plan_from_configs_alone(capsys):
     memory = __import__("json").loads(capsys.readouterr().out)["memory"]
     here = memory["plans"]["this machine"]
     assert here["placement"] == "sharded" and here["machine"]["name"] == "4x79.65GiB"
-    assert memory["plans"]["1xH200"]["placement"] == "resident"
+    # the default tier table has fp8 tiers, so one H200 also holds their e4m3 copies and offloads the conditioner
+    assert memory["fp8_copies_held"] and memory["plans"]["1xH200"]["placement"] == "offload"
     assert memory["plans"]["1xH200"]["requests"]["14.375 s"]["fits"]
     assert main(["info", "--model", str(RELEASED), "--memory-only", "--gpu-memory-gib", "0"]) == 2
+
+
+def test_fp8_tiers_keep_weight_copies_and_move_the_conditioner_off_one_h200(released):
+    sizes, costs = released
+    assert 17.5 * GiB < sizes.fp8_copies < 18.5 * GiB  # 19.3 B block-linear weights at one byte, plus scales
+    plan = plan_memory(Sizes.of(sizes, fp8=True), costs[14.375], Machine(H200, 1))
+    assert plan.tried["resident"] > plan.machine.usable
+    assert plan.placement == "offload" and plan.fits(costs[14.375])
