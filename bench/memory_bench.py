@@ -11,7 +11,8 @@ with random weights; `--unpruned` builds all 64 layers, the vision tower and the
 
 For each placement in `--placements` (resident, offload, reload; run in that order) the engine's own plan hooks
 (engine/placement.py) place the conditioner; under the first placement each tier in `--tiers` generates one request
-per duration in `--durations`, under the others the first tier only, with `--steps` denoising steps (peak memory is reached inside one step, and in the decode). Recorded per request:
+per duration in `--durations`, under the others the first tier only, with `--steps` denoising steps (peak memory
+is reached inside one step, and in the decode). Recorded per request:
 `torch.cuda.max_memory_allocated` (reset before the request), the engine's stage timings (encode_text includes
 moving the conditioner in, or reading it from disk for reload), and the computed peak of engine/memory.py for the
 same request beside it, so computed and measured figures can be compared. Build time is the random-weight build
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="memory_bench-"))
     lora = write_random_loras(components.transformer, scratch) if args.config == "full" else None
     table = tier_table(tiers, lora)
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    result = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
               "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "config": args.config, "unpruned": args.unpruned, "mux": mux,
               "command": "python -m bench.memory_bench " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -6,9 +6,9 @@ and the guard that refuses a request before it starts.
   checkpoint's configs (engine/footprint.py), held for the longest request the model allows.
 - `MemoryGuard.check(request)`: raises `InsufficientMemory` naming `duration_seconds`, the shortfall and the
   longest duration that fits, before any stage runs.
-- `apply_plan(components, plan)`: resident puts the conditioner on the GPU; offload keeps the conditioner in CPU memory and moves it onto
-  the GPU only to encode; reload frees it after encoding and reads it from disk for the next prompt. Both hang off
-  forward pre-hooks (on the conditioner: bring it; on the transformer: send it away), so the stages are unchanged.
+- `apply_plan(components, plan)`: resident puts the conditioner on the GPU; offload keeps it in CPU memory and
+  moves it onto the GPU only to encode; reload frees it after encoding and reads it from disk for the next prompt.
+  Both hang off forward pre-hooks (on the conditioner: bring it; on the transformer: send it away), so the stages are unchanged.
 """
 
 from __future__ import annotations
@@ -169,5 +169,5 @@ def memory_report(root: str | Path, geometry, here: Machine | None, fp8: bool = 
     return report
 
 
-__all__ = ["GiB", "LONGEST_SECONDS", "MemoryGuard", "REFERENCE_MACHINES", "apply_plan", "gib", "machine_here", "memory_report",
-           "plan_for"]
+__all__ = ["GiB", "LONGEST_SECONDS", "MemoryGuard", "REFERENCE_MACHINES", "apply_plan", "gib", "machine_here",
+           "memory_report", "plan_for"]
