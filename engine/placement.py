@@ -8,7 +8,8 @@ and the guard that refuses a request before it starts.
   longest duration that fits, before any stage runs.
 - `apply_plan(components, plan)`: resident puts the conditioner on the GPU; offload keeps it in CPU memory and
   moves it onto the GPU only to encode; reload frees it after encoding and reads it from disk for the next prompt.
-  Both hang off forward pre-hooks (on the conditioner: bring it; on the transformer: send it away), so the stages are unchanged.
+  Both hang off forward pre-hooks (on the conditioner: bring it; on the transformer: send it away), so the stages
+  are unchanged.
 """
 
 from __future__ import annotations
