@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="memory_bench-"))
     lora = write_random_loras(components.transformer, scratch) if args.config == "full" else None
     table = tier_table(tiers, lora)
-    result = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - datetime.UTC needs Python 3.11
+    result = {"date": now.isoformat(timespec="seconds"),
               "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "config": args.config, "unpruned": args.unpruned, "mux": mux,
               "command": "python -m bench.memory_bench " + " ".join(sys.argv[1:] if argv is None else argv),
