@@ -43,12 +43,13 @@ MIN_VISIBLE = 0.02  # copy displacement, share of the short side, for the recall
 OUT = Path(__file__).resolve().parent / "results" / "ghost_heldout.json"
 
 
-def make_cases(scene_count: int, seed: int = SEED) -> list[dict[str, Any]]:
-    """Per scene: two ghosts and three harmless differences, as plain data (it crosses a process boundary)."""
+def make_cases(scene_count: int, seed: int = SEED, first_scene: int = 0) -> list[dict[str, Any]]:
+    """Per scene: two ghosts and three harmless differences, as plain data (it crosses a process boundary).
+    Scenes first_scene .. first_scene + scene_count - 1 (a scene number seeds its stage)."""
     rng = np.random.default_rng(seed)
     cases = []
     harmless = 0
-    for scene in range(scene_count):
+    for scene in range(first_scene, first_scene + scene_count):
         width, height = CANVASES[scene % len(CANVASES)]
         stage = {"scene": scene, "width": width, "height": height}
         for _ in range(2):
@@ -154,7 +155,8 @@ def _rate(flags: list[bool]) -> dict[str, Any]:
     return {"rate": round(float(np.mean(flags)), 4) if flags else None, "hits": int(sum(flags)), "cases": len(flags)}
 
 
-def summarise(results: list[dict[str, Any]], seconds: float, params: GhostParams | None = None) -> dict[str, Any]:
+def summarise(results: list[dict[str, Any]], seconds: float, params: GhostParams | None = None, seed: int = SEED,
+              first_scene: int = 0) -> dict[str, Any]:
     ghosts = [r for r in results if r["kind"] == "ghost"]
     visible = [r for r in ghosts if r["displacement_share"] >= MIN_VISIBLE]
     harmless = [r for r in results if r["kind"] != "ghost"]
@@ -171,7 +173,7 @@ def summarise(results: list[dict[str, Any]], seconds: float, params: GhostParams
     return {
         "what": "held-out ghost detection (not the calibration set): bench/ghost_heldout.py, "
                 "bench/ghost_heldout_scenes.py",
-        "seed": SEED, "cases": len(results), "seconds": round(seconds, 1),
+        "seed": seed, "first_scene": first_scene, "cases": len(results), "seconds": round(seconds, 1),
         "detector": (params or GhostParams()).__dict__,
         "min_visible_displacement_share": MIN_VISIBLE,
         "recall_visible_opacity_ge_10pct": _rate([r["ghosting"] for r in visible]),
@@ -196,17 +198,19 @@ def main() -> None:
     parser.add_argument("--scenes", type=int, default=48)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--first-scene", type=int, default=0, help="another set: scenes from this number on")
     parser.add_argument("--only", default="", help="comma-separated case kinds to run (e.g. ghost), for experiments")
     parser.add_argument("--params", default="{}", help="JSON of GhostParams overrides, for experiments")
     args = parser.parse_args()
     overrides = json.loads(args.params)
     params = GhostParams(workers=1, **{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
-    cases = make_cases(args.scenes)
+    cases = make_cases(args.scenes, args.seed, args.first_scene)
     if args.only:
         cases = [c for c in cases if c["kind"] in args.only.split(",")]
     start = time.perf_counter()
     results = run_all(cases, args.workers, params)
-    report = summarise(results, time.perf_counter() - start, params)
+    report = summarise(results, time.perf_counter() - start, params, args.seed, args.first_scene)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     for key in ("recall_visible_opacity_ge_10pct", "recall_below_visible_displacement", "false_positive_rate"):
         print(f"{key}: {report[key]}")
