@@ -37,13 +37,33 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from train import configs  # noqa: E402
+from train.audio_probe import AUDIO_TARGETS, audio_probe_loss, audio_targets, pitch_correlation  # noqa: E402
 from train.dataset import (  # noqa: E402
-    BACKGROUNDS, COLOURS, MOTIONS, NUM_FRAMES, NUM_SAMPLES, NUM_TEMPLATES, SAMPLE_RATE, SHAPES, WIDTH,
-    bounce_times, caption, content_tuples, render_audio, render_video, sample_specs, tone_frequency, trajectory,
+    BACKGROUNDS,
+    COLOURS,
+    MOTIONS,
+    NUM_FRAMES,
+    NUM_SAMPLES,
+    NUM_TEMPLATES,
+    SHAPES,
+    caption,
+    content_tuples,
+    render_audio,
+    render_video,
+    sample_specs,
 )
 from train.flow import (  # noqa: E402
-    AUDIO_SHIFT, VIDEO_SHIFT, Lora, batch_layout, batched_forward, euler_sample, noised, patchify, shift_sigma,
+    AUDIO_SHIFT,
+    VIDEO_SHIFT,
+    Lora,
+    batch_layout,
+    batched_forward,
+    euler_sample,
+    noised,
+    patchify,
+    shift_sigma,
 )
+from train.losses import edge_ring, shape_colour_error, stft_loss  # noqa: E402
 
 PIXEL_MEAN = (0.485, 0.456, 0.406)
 PIXEL_STD = (0.229, 0.224, 0.225)
@@ -134,17 +154,6 @@ def from_vae_space(x: torch.Tensor, clamp: bool = True) -> torch.Tensor:
     return (rgb.clamp(0, 1) if clamp else rgb).permute(0, 2, 3, 4, 1)
 
 
-def shape_colour_error(recon: torch.Tensor, video: torch.Tensor, coverage: torch.Tensor) -> torch.Tensor:
-    """L1 between the coverage-weighted mean RGB of the shape in the reconstruction and in the input, per frame.
-
-    recon, video: (B, T, H, W, 3) in [0, 1]; coverage: (B, T, H, W). Run 1's VAE read red as green and purple as
-    blue: a pixel loss averaged over a frame where the shape is ~5% of the pixels barely sees the shape's hue.
-    """
-    w = coverage[..., None]
-    area = w.sum(dim=(2, 3)).clamp_min(1.0)
-    return ((recon * w).sum(dim=(2, 3)) / area - (video * w).sum(dim=(2, 3)) / area).abs().mean()
-
-
 def gaussian_kl(mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
     return 0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar).mean()
 
@@ -158,14 +167,6 @@ def cosine_lr(step: int, warmup: int, progress: float, base: float) -> float:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Phase 1: video VAE
-
-
-def edge_ring(coverage: torch.Tensor, radius: int) -> torch.Tensor:
-    """(B, T, H, W) coverage → the background pixels within `radius` px of the shape: where a blurred decoder fills
-    a triangle's or a circle's missing corners, so the fill ratio (the tracker's shape cue) reads "square"."""
-    b, t, h, w = coverage.shape
-    dilated = F.max_pool2d(coverage.reshape(b * t, 1, h, w), 2 * radius + 1, stride=1, padding=radius)
-    return (dilated.reshape(b, t, h, w) - coverage).clamp_min(0)
 
 
 def train_video_vae(run: Run, init: Path | None = None, stats: dict | None = None) -> torch.nn.Module:
@@ -246,7 +247,8 @@ def roundtrip_check(run: Run, vae, count: int | None = None) -> dict:
     for i in range(0, count, 8):
         chunk = specs[i:i + 8]
         with run.autocast():
-            recon = vae.decode(vae.encode(to_vae_space(render_video(chunk, device=run.device))).latent_dist.mode()).sample
+            latents = vae.encode(to_vae_space(render_video(chunk, device=run.device))).latent_dist.mode()
+            recon = vae.decode(latents).sample
         frames = (from_vae_space(recon) * 255).round().to(torch.uint8).cpu().numpy()
         for spec, clip in zip(chunk, frames):
             tr = track(clip)
@@ -266,18 +268,6 @@ def latent_stats(run: Run, vae) -> tuple[list[float], list[float]]:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Phase 2: audio VAE
-
-
-def stft_loss(recon: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Multi-resolution STFT: L1 of log magnitudes plus spectral convergence, at 3 window sizes."""
-    total = 0.0
-    for n_fft in (256, 512, 1024):
-        window = torch.hann_window(n_fft, device=recon.device)
-        spec = [torch.stft(x, n_fft, n_fft // 4, window=window, return_complex=True).abs() + 1e-5
-                for x in (recon.squeeze(1).float(), target.squeeze(1).float())]
-        total = total + (spec[0].log() - spec[1].log()).abs().mean()
-        total = total + (spec[0] - spec[1]).norm() / spec[1].norm()
-    return total / 3
 
 
 def train_audio_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
@@ -310,7 +300,9 @@ def train_audio_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
         for group in optimizer.param_groups:
             group["lr"] = cosine_lr(step, 50, (time.time() - begin) / max(deadline - begin, 1), args.audio_lr)
         posterior = vae.encode(x).latent_dist
-        z = posterior.mean + posterior.std * torch.randn(posterior.mean.shape, device=run.device, generator=generator)
+        z = posterior.mean
+        if not args.audio_deterministic:
+            z = z + posterior.std * torch.randn(posterior.mean.shape, device=run.device, generator=generator)
         recon = vae.decode(z).sample
         loss_rec = args.audio_l1 * (recon - x).abs().mean() + stft_loss(recon, x)
         loss_probe = audio_probe_loss(head(posterior.mean), audio_targets(specs, first, crop, hop, run.device))
@@ -332,64 +324,12 @@ def train_audio_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
     vae.register_to_config(latents_mean=mean, latents_std=std)
     save_weights(vae, run.out / FILES["audio_vae"], dtype=torch.float32)
     run.mirror(FILES["audio_vae"])
-    run.note("audio_vae", steps=step, seconds=round(time.time() - begin, 1), final_loss=losses[-1][2] if losses else None,
-             losses=losses, latents_mean=mean, latents_std=std,
+    run.note("audio_vae", steps=step, seconds=round(time.time() - begin, 1),
+             final_loss=losses[-1][2] if losses else None, losses=losses, latents_mean=mean, latents_std=std,
              latent_time_std=round(z.std(dim=2).mean().item(), 4),  # run 3's collapsed encoder: 0.0036
              recon_rms=round(recon.pow(2).mean().sqrt().item(), 4),
              recon_pitch_r=round(pitch_correlation(recon, specs), 3))
     return vae
-
-
-AUDIO_TARGETS = ("pitch", "loudness", "click", "circle", "square", "triangle")
-
-
-def audio_targets(specs, first: int, crop: int, hop: int, device) -> dict[str, torch.Tensor]:
-    """Per latent frame of each mono crop (the (B*2) order of `x` in train_audio_vae): the tone's height-following
-    pitch in [0, 1] (220 → 880 Hz), its pan gain in this channel, whether a bounce click starts in the frame, and the
-    shape (timbre)."""
-    frames = crop // hop
-    times = (first + (torch.arange(frames, dtype=torch.float64) + 0.5) * hop) / SAMPLE_RATE
-    x, y = trajectory(specs, times)
-    radius = torch.tensor([[s.radius] for s in specs], dtype=torch.float64)
-    pitch = torch.log2(tone_frequency(y, radius) / 220.0) / 2.0
-    pan = (x / WIDTH).clamp(0, 1) * (math.pi / 2)
-    loudness = torch.stack([pan.cos(), pan.sin()], dim=1)  # (B, 2, frames)
-    start = (first + torch.arange(frames, dtype=torch.float64) * hop) / SAMPLE_RATE
-    click = torch.zeros(len(specs), frames, dtype=torch.float64)
-    for i, spec in enumerate(specs):
-        for t in bounce_times(spec):
-            click[i] += ((start <= t) & (t < start + hop / SAMPLE_RATE)).double()
-    shape = torch.tensor([SHAPES.index(s.shape) for s in specs])
-    both = lambda v: v[:, None].expand(-1, 2, *v.shape[1:]).reshape(-1, *v.shape[1:])  # noqa: E731
-    return {"pitch": both(pitch).float().to(device), "loudness": loudness.reshape(-1, frames).float().to(device),
-            "click": both(click).clamp(max=1).float().to(device), "shape": both(shape).to(device)}
-
-
-def audio_probe_loss(pred: torch.Tensor, target: dict[str, torch.Tensor]) -> torch.Tensor:
-    """pred: (B*2, 6, frames) from the head on the posterior mean."""
-    loss = F.mse_loss(pred[:, 0], target["pitch"]) + F.mse_loss(pred[:, 1], target["loudness"])
-    loss = loss + F.binary_cross_entropy_with_logits(pred[:, 2], target["click"], pos_weight=torch.tensor(20.0,
-                                                                                                        device=pred.device))
-    shape = target["shape"][:, None].expand(-1, pred.shape[-1])
-    return loss + F.cross_entropy(pred[:, 3:], shape)
-
-
-@torch.no_grad()
-def pitch_correlation(recon: torch.Tensor, specs) -> float:
-    """Pearson r between log dominant frequency (150–1200 Hz) of the decoded audio and the rendered tone's, per 25 ms
-    frame, over all clips (mono, B*2 order): does the round trip keep the pitch at all?"""
-    n_fft, hop = 1024, 400
-    spec = torch.stft(recon.squeeze(1).float(), n_fft, hop, window=torch.hann_window(n_fft, device=recon.device),
-                      return_complex=True).abs()  # (B*2, freqs, frames)
-    freqs = torch.fft.rfftfreq(n_fft, 1 / SAMPLE_RATE).to(recon.device)
-    band = (freqs >= 150) & (freqs <= 1200)
-    found = freqs[band][spec[:, band].argmax(dim=1)]
-    times = torch.arange(spec.shape[-1], dtype=torch.float64) * hop / SAMPLE_RATE
-    _, y = trajectory(specs, times)
-    radius = torch.tensor([[s.radius] for s in specs], dtype=torch.float64)
-    truth = tone_frequency(y, radius).repeat_interleave(2, dim=0).to(recon.device)
-    a, b = found.double().log().flatten(), truth.log().flatten()
-    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -721,6 +661,8 @@ def parse_args(argv=None):
     p.add_argument("--audio-lr", type=float, default=2e-3)
     p.add_argument("--audio-kl", type=float, default=1e-6)
     p.add_argument("--audio-kl-after", type=int, default=0, help="audio VAE steps before the KL term starts")
+    p.add_argument("--audio-deterministic", action="store_true",
+                   help="decode the posterior mean (what the transformer is trained on), no sampling noise")
     p.add_argument("--audio-l1", type=float, default=1.0, help="weight of the waveform L1 (phase-sensitive)")
     p.add_argument("--audio-probe", type=float, default=0.0,
                    help="weight of the latent head loss (pitch, loudness, click, timbre read from the latent)")

@@ -1,0 +1,65 @@
+"""Audio VAE helpers of train_nano: the latent head's targets and loss, and a round-trip pitch check.
+
+Runs 1, 3 and 4 collapsed the audio VAE's latent (it barely varies over time or between clips); the head makes the
+latent carry what the transformer must steer, and `pitch_correlation` says whether a round trip kept the pitch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from train.dataset import SAMPLE_RATE, SHAPES, WIDTH, bounce_times, tone_frequency, trajectory
+
+AUDIO_TARGETS = ("pitch", "loudness", "click", "circle", "square", "triangle")
+
+
+def audio_targets(specs, first: int, crop: int, hop: int, device) -> dict[str, torch.Tensor]:
+    """Per latent frame of each mono crop (the (B*2) order of `x` in train_audio_vae): the tone's height-following
+    pitch in [0, 1] (220 → 880 Hz), its pan gain in this channel, whether a bounce click starts in the frame, and the
+    shape (timbre)."""
+    frames = crop // hop
+    times = (first + (torch.arange(frames, dtype=torch.float64) + 0.5) * hop) / SAMPLE_RATE
+    x, y = trajectory(specs, times)
+    radius = torch.tensor([[s.radius] for s in specs], dtype=torch.float64)
+    pitch = torch.log2(tone_frequency(y, radius) / 220.0) / 2.0
+    pan = (x / WIDTH).clamp(0, 1) * (math.pi / 2)
+    loudness = torch.stack([pan.cos(), pan.sin()], dim=1)  # (B, 2, frames)
+    start = (first + torch.arange(frames, dtype=torch.float64) * hop) / SAMPLE_RATE
+    click = torch.zeros(len(specs), frames, dtype=torch.float64)
+    for i, spec in enumerate(specs):
+        for t in bounce_times(spec):
+            click[i] += ((start <= t) & (t < start + hop / SAMPLE_RATE)).double()
+    shape = torch.tensor([SHAPES.index(s.shape) for s in specs])
+    both = lambda v: v[:, None].expand(-1, 2, *v.shape[1:]).reshape(-1, *v.shape[1:])  # noqa: E731
+    return {"pitch": both(pitch).float().to(device), "loudness": loudness.reshape(-1, frames).float().to(device),
+            "click": both(click).clamp(max=1).float().to(device), "shape": both(shape).to(device)}
+
+
+def audio_probe_loss(pred: torch.Tensor, target: dict[str, torch.Tensor]) -> torch.Tensor:
+    """pred: (B*2, 6, frames) from the head on the posterior mean."""
+    loss = F.mse_loss(pred[:, 0], target["pitch"]) + F.mse_loss(pred[:, 1], target["loudness"])
+    loss = loss + F.binary_cross_entropy_with_logits(pred[:, 2], target["click"], pos_weight=torch.tensor(20.0,
+                                                                                                        device=pred.device))
+    shape = target["shape"][:, None].expand(-1, pred.shape[-1])
+    return loss + F.cross_entropy(pred[:, 3:], shape)
+
+
+@torch.no_grad()
+def pitch_correlation(recon: torch.Tensor, specs) -> float:
+    """Pearson r between log dominant frequency (150–1200 Hz) of the decoded audio and the rendered tone's, per 25 ms
+    frame, over all clips (mono, B*2 order): does the round trip keep the pitch at all?"""
+    n_fft, hop = 1024, 400
+    spec = torch.stft(recon.squeeze(1).float(), n_fft, hop, window=torch.hann_window(n_fft, device=recon.device),
+                      return_complex=True).abs()  # (B*2, freqs, frames)
+    freqs = torch.fft.rfftfreq(n_fft, 1 / SAMPLE_RATE).to(recon.device)
+    band = (freqs >= 150) & (freqs <= 1200)
+    found = freqs[band][spec[:, band].argmax(dim=1)]
+    times = torch.arange(spec.shape[-1], dtype=torch.float64) * hop / SAMPLE_RATE
+    _, y = trajectory(specs, times)
+    radius = torch.tensor([[s.radius] for s in specs], dtype=torch.float64)
+    truth = tone_frequency(y, radius).repeat_interleave(2, dim=0).to(recon.device)
+    a, b = found.double().log().flatten(), truth.log().flatten()
+    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
