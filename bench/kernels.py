@@ -491,8 +491,7 @@ def engine_runtime(S, video_start, keep):
 
 @guarded("block")
 def bench_block(S, keep=0.1):
-    from diffusers.models.transformers.transformer_minimax_h3 import (MiniMaxH3AttnProcessor,
-                                                                     MiniMaxH3TransformerBlock)
+    from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3AttnProcessor, MiniMaxH3TransformerBlock
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from engine.attention import AttentionRuntime, StudioAttnProcessor
@@ -596,8 +595,16 @@ def main(argv=None):
             bench_block(S)
             save(args.out)
         torch.cuda.empty_cache()
-    from kernels import block_sparse_attn, fp8_rows, norm_modulate, norm_modulate_fp8, qk_norm_rope, residual_gate
-    from kernels import swiglu_fp8, tile_select
+    from kernels import (
+        block_sparse_attn,
+        fp8_rows,
+        norm_modulate,
+        norm_modulate_fp8,
+        qk_norm_rope,
+        residual_gate,
+        swiglu_fp8,
+        tile_select,
+    )
 
     RESULTS["chosen_configs"] = {"norm_modulate": norm_modulate.CONFIG, "qk_norm_rope": qk_norm_rope.CONFIG,
                                  "residual_gate": residual_gate.CONFIG, "block_sparse_attn": block_sparse_attn.CONFIG,

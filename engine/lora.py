@@ -28,9 +28,20 @@ import torch
 from torch import nn
 
 from engine.hooks import ModelHook, add_hook, remove_hook
+from engine.lora_keys import (
+    LayerDelta,
+    LoraError,
+    LoraReport,
+    alpha_rules,
+    check_path,
+    detect_format,
+    find_linear,
+    linear_layers,
+    map_state_dict,
+    read_header,
+    split_key,
+)
 from engine.weight_undo import WeightUndo
-from engine.lora_keys import (LayerDelta, LoraError, LoraReport, alpha_rules, check_path, detect_format, find_linear,
-                              linear_layers, map_state_dict, read_header, split_key)
 
 logger = logging.getLogger(__name__)
 

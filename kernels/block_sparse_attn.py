@@ -28,8 +28,14 @@ import torch
 
 from . import tile_select
 from ._common import HAS_TRITON, KernelUnavailable, jit_cache_size, tl, triton
-from .tile_select import (check_layout, num_video_tiles, require_kernels, select_tiles, select_tiles_reference,
-                          triton_path)
+from .tile_select import (
+    check_layout,
+    num_video_tiles,
+    require_kernels,
+    select_tiles,
+    select_tiles_reference,
+    triton_path,
+)
 
 # Launch configuration of the attention kernel; bench/kernels.py sweeps it on the H200.
 # impl 3 (the default): two key loops (contiguous sink keys, then the gathered tiles) with K/V read through tensor

@@ -13,7 +13,15 @@ import pytest
 import torch
 
 from train.dataset import (
-    FPS, HELD_OUT, SAMPLE_RATE, all_captions, bounce_times, content_tuples, make_spec, render_audio, render_video,
+    FPS,
+    HELD_OUT,
+    SAMPLE_RATE,
+    all_captions,
+    bounce_times,
+    content_tuples,
+    make_spec,
+    render_audio,
+    render_video,
     sample_specs,
 )
 from train.metrics import classify_shape, track
