@@ -126,6 +126,17 @@ def _config(folder: Path | None, name: str) -> dict:
     return {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
 
 
+def _with_latent_stats(config: dict) -> dict:
+    """Random weights have no measured latent statistics: mean 0 / std 1 where the config has none (the released
+    configs store `null`, and the engine's decode needs numbers)."""
+    channels = config.get("latent_channels")
+    config = dict(config)
+    for key, value in (("latents_mean", 0.0), ("latents_std", 1.0)):
+        if channels and key in config and config[key] is None:
+            config[key] = [value] * channels
+    return config
+
+
 def build_full(device: str, text_layers: int, configs: Path | None = None):
     """Full-size components with random weights (module docstring). Returns engine.components.Components.
 
@@ -142,9 +153,9 @@ def build_full(device: str, text_layers: int, configs: Path | None = None):
     try:
         with torch.device(device_obj):
             transformer = diffusers.MiniMaxH3Transformer3DModel.from_config(_config(configs, "transformer"))
-            vae = diffusers.AutoencoderKLMiniMaxH3.from_config(_config(configs, "vae"))
-            audio_vae = diffusers.AutoencoderKLMiniMaxH3Audio.from_config(
-                {"latents_mean": [0.0] * 32, "latents_std": [1.0] * 32, **_config(configs, "audio_vae")})
+            vae = diffusers.AutoencoderKLMiniMaxH3.from_config(_with_latent_stats(_config(configs, "vae")))
+            audio_vae = diffusers.AutoencoderKLMiniMaxH3Audio.from_config(_with_latent_stats(
+                {"latents_mean": None, "latents_std": None, "latent_channels": 32, **_config(configs, "audio_vae")}))
     finally:
         torch.set_default_dtype(previous)
     for name in diffusers.MiniMaxH3Transformer3DModel._keep_in_fp32_modules:
