@@ -21,8 +21,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from db import validate as check
-from db.errors import Conflict, NotFound, StoreError
+from db.errors import Conflict, StoreError
 from db.keys import new_id, utc_now
+from db.lookup import row_by_id
 from db.models import BlindAssignment, Pair
 from db.records import REASONS, VerdictRecord, _Record
 from db.store import Store
@@ -132,10 +133,7 @@ def _other(role: str) -> str:
 
 
 def _row(session: Session, assignment_id: str) -> BlindAssignment:
-    row = session.scalar(select(BlindAssignment).where(BlindAssignment.id == assignment_id))
-    if row is None:
-        raise NotFound("blind_id", f"no blind review {assignment_id!r}")
-    return row
+    return row_by_id(session, BlindAssignment, assignment_id, "blind_id", "blind review")
 
 
 def _record(row: BlindAssignment) -> BlindRecord:

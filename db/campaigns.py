@@ -23,8 +23,9 @@ from sqlalchemy.orm import Session
 from db import approval
 from db import validate as check
 from db.convert import verdict_record
-from db.errors import Conflict, NotFound, StoreError
+from db.errors import Conflict, StoreError
 from db.keys import canonical_json, new_id, utc_now
+from db.lookup import row_by_id
 from db.models import Campaign, CampaignItem, Pair, Verdict
 from db.records import _Record
 from db.store import Store
@@ -203,10 +204,7 @@ class CampaignStore:
 
 
 def _row(session: Session, campaign_id: str) -> Campaign:
-    row = session.scalar(select(Campaign).where(Campaign.id == campaign_id))
-    if row is None:
-        raise NotFound("campaign_id", f"no campaign {campaign_id!r}")
-    return row
+    return row_by_id(session, Campaign, campaign_id, "campaign_id", "campaign")
 
 
 def _record(row: Campaign) -> CampaignRecord:

@@ -33,6 +33,7 @@ from db.database import BEGIN_MODE_OPTION, connect, data_dir_writable, is_read_o
 from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
 from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath
 from db.keys import canonical_json, configuration_key, new_id, normalise_duration, sha256_hex, utc_now, with_tier_name
+from db.lookup import row_by_id
 from db.models import ClipRow, Configuration, Pair, VideoJob
 from db.records import (
     PAIR_STATUSES,
@@ -436,10 +437,7 @@ class Store(ReviewStore):
     @staticmethod
     def _video_row(session: Session, video_id: str, field: str = "video_id") -> VideoJob:
         """Fetch a job row or raise NotFound(field)."""
-        row = session.scalar(select(VideoJob).where(VideoJob.id == video_id))
-        if row is None:
-            raise NotFound(field, f"no video {video_id!r}")
-        return row
+        return row_by_id(session, VideoJob, video_id, field, "video")
 
     def get_video(self, video_id: str) -> VideoRecord:
         """The job with this id; NotFound otherwise."""
@@ -551,10 +549,7 @@ class Store(ReviewStore):
     @staticmethod
     def _pair_row(session: Session, pair_id: str, field: str = "pair_id") -> Pair:
         """Fetch a pair row or raise NotFound(field)."""
-        row = session.scalar(select(Pair).where(Pair.id == pair_id))
-        if row is None:
-            raise NotFound(field, f"no pair {pair_id!r}")
-        return row
+        return row_by_id(session, Pair, pair_id, field, "pair")
 
     def existing_pair_ids(self, pair_ids: list[str]) -> set[str]:
         """Which of ``pair_ids`` name stored pairs (one query, in chunks below SQLite's variable limit)."""

@@ -83,15 +83,15 @@ if HAS_TRITON:
                 tl.store(yrow + o, (y * (1.0 + scale) + shift).to(Y.dtype.element_ty), mask=m)
 
 
+def kernel_inputs(x, scale_table, shift_table):
+    """The kernels index rows by stride but read each row as one contiguous run of C values."""
+    return tuple(t if t.stride(-1) == 1 else t.contiguous() for t in (x, scale_table, shift_table))
+
+
 def _norm_modulate_triton(x, weight, eps, scale_table, shift_table, idx, out=None):
     require_triton("norm_modulate")
     B, S, C = x.shape
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    if scale_table.stride(-1) != 1:
-        scale_table = scale_table.contiguous()
-    if shift_table.stride(-1) != 1:
-        shift_table = shift_table.contiguous()
+    x, scale_table, shift_table = kernel_inputs(x, scale_table, shift_table)
     y = torch.empty_like(x) if out is None else out
     idx = idx.to(device=x.device, dtype=torch.int64).contiguous()
     w = weight.contiguous() if weight is not None else x  # dummy pointer when there is no weight

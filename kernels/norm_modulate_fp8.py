@@ -15,7 +15,7 @@ import torch
 
 from ._common import HAS_TRITON, next_pow2, require_triton, tl, triton, use_triton
 from .fp8_rows import FP8, QuantizedRows, quantize_rows_reference
-from .norm_modulate import norm_modulate_reference
+from .norm_modulate import kernel_inputs, norm_modulate_reference
 
 CONFIG = {"CHUNK": 2048, "num_warps": 4}
 
@@ -80,12 +80,7 @@ if HAS_TRITON:
 def _norm_modulate_fp8_triton(x, weight, eps, scale_table, shift_table, idx) -> QuantizedRows:
     require_triton("norm_modulate_fp8")
     B, S, C = x.shape
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    if scale_table.stride(-1) != 1:
-        scale_table = scale_table.contiguous()
-    if shift_table.stride(-1) != 1:
-        shift_table = shift_table.contiguous()
+    x, scale_table, shift_table = kernel_inputs(x, scale_table, shift_table)
     data = torch.empty(B, S, C, device=x.device, dtype=FP8)
     qscale = torch.empty(B, S, 1, device=x.device, dtype=torch.float32)
     idx = idx.to(device=x.device, dtype=torch.int64).contiguous()

@@ -16,22 +16,16 @@ import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from studio.quality.lpips_net import alexnet_features
+
 
 def _alexnet(pretrained: bool = False, **_kwargs):
     from torch import nn
 
     if pretrained:
         raise RuntimeError("the stub has no pretrained AlexNet weights")
-    features = nn.Sequential(  # torchvision's AlexNet.features, layer for layer
-        nn.Conv2d(3, 64, kernel_size=11, stride=4, padding=2), nn.ReLU(inplace=True),
-        nn.MaxPool2d(kernel_size=3, stride=2),
-        nn.Conv2d(64, 192, kernel_size=5, padding=2), nn.ReLU(inplace=True),
-        nn.MaxPool2d(kernel_size=3, stride=2),
-        nn.Conv2d(192, 384, kernel_size=3, padding=1), nn.ReLU(inplace=True),
-        nn.Conv2d(384, 256, kernel_size=3, padding=1), nn.ReLU(inplace=True),
-        nn.Conv2d(256, 256, kernel_size=3, padding=1), nn.ReLU(inplace=True),
-        nn.MaxPool2d(kernel_size=3, stride=2),
-    )
+    # torchvision's AlexNet.features, layer for layer: up to relu5, then its last max-pool
+    features = nn.Sequential(*alexnet_features(), nn.MaxPool2d(kernel_size=3, stride=2))
     return types.SimpleNamespace(features=features)
 
 

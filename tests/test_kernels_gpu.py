@@ -234,14 +234,11 @@ def test_strict_mode_raises_on_kernel_failure(monkeypatch):
         bsa.block_sparse_attention(q, q, q, video_start=20, valid_len=256, keep_ratio=0.1)
 
 
-def test_fused_block_real_width():
-    """One full-width H3 block in bf16, fused vs stock, both against an fp32 copy of the stock block."""
+def _real_width_blocks(S: int = 4096):
+    """An fp32 H3 block at the real width with random weights (norm gains near 1) and its bf16 copy, on the GPU,
+    with one request's inputs: (ref_blk, blk, x (1, S, C), temb (2, 2688), row index (S,), rope)."""
     from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed, MiniMaxH3TransformerBlock
 
-    from engine.attention import AttentionRuntime, StudioAttnProcessor
-    from engine.fused import disable_fused_blocks, enable_fused_blocks
-
-    S = 4096
     torch.manual_seed(0)
     with torch.device("cuda"):
         ref_blk = MiniMaxH3TransformerBlock(C, H, D, 14336, 2688, 1e-5, 1e-5)
@@ -256,6 +253,16 @@ def test_fused_block_real_width():
         idx = row_table_index(S, video_start=464)
         pos = torch.stack([torch.arange(S) % 37, torch.arange(S) % 24, torch.arange(S) % 42], -1).float()
         rope = MiniMaxH3RotaryPosEmbed(16)(pos)
+    return ref_blk, blk, x, temb, idx, rope
+
+
+def test_fused_block_real_width():
+    """One full-width H3 block in bf16, fused vs stock, both against an fp32 copy of the stock block."""
+    from engine.attention import AttentionRuntime, StudioAttnProcessor
+    from engine.fused import disable_fused_blocks, enable_fused_blocks
+
+    ref_blk, blk, x, temb, idx, rope = _real_width_blocks()
+    S = x.shape[1]
     with torch.no_grad():
         ref = ref_blk(x, temb, idx, rope)
         stock = blk(x.bfloat16(), temb, idx, rope)
@@ -324,29 +331,14 @@ def test_fp8_linear_scaled_mm_real_shape(n, k):
 
 def test_fp8_block_real_width():
     """The full-width block on fp8 linears (fused kernels, engine hooks) against the fp32 block."""
-    from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed, MiniMaxH3TransformerBlock
-
     from engine.attention import AttentionRuntime, StudioAttnProcessor
     from engine.fp8 import FP8_HOOK, install_fp8_linears, remove_fp8_linears
     from engine.fused import disable_fused_blocks, enable_fused_blocks
     from engine.hooks import has_hook
     from kernels.fp8_rows import quantize_weight
 
-    S = 4096
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        ref_blk = MiniMaxH3TransformerBlock(C, H, D, 14336, 2688, 1e-5, 1e-5)
-        for p in ref_blk.parameters():
-            torch.nn.init.normal_(p, std=0.02)
-        for n in (ref_blk.norm1, ref_blk.norm2, ref_blk.attn.norm_q, ref_blk.attn.norm_k):
-            torch.nn.init.normal_(n.weight, mean=1.0, std=0.1)
-        blk = MiniMaxH3TransformerBlock(C, H, D, 14336, 2688, 1e-5, 1e-5).bfloat16()
-        blk.load_state_dict(ref_blk.state_dict())
-        x = torch.randn(1, S, C)
-        temb = torch.randn(2, 2688)
-        idx = row_table_index(S, video_start=464)
-        pos = torch.stack([torch.arange(S) % 37, torch.arange(S) % 24, torch.arange(S) % 42], -1).float()
-        rope = MiniMaxH3RotaryPosEmbed(16)(pos)
+    ref_blk, blk, x, temb, idx, rope = _real_width_blocks()
+    S = x.shape[1]
     holder = torch.nn.Module()
     holder.transformer_blocks = torch.nn.ModuleList([blk])
     names = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
