@@ -104,7 +104,7 @@ def detect_ghosts(base: Planes, cand: Planes, base_speed: np.ndarray,
         if not hasattr(local, "flow"):
             local.flow = FlowEstimator(accurate=True)
         return _analyse_frame(base, cand.y[t], lambda: _align(base.y[t], cand.y[t], local.flow), valid[t],
-                              base_speed[t], t, params)
+                              base_speed, t, params)
 
     if params.workers > 1:
         with ThreadPoolExecutor(max_workers=params.workers) as pool:
@@ -191,6 +191,24 @@ def _fit(r: np.ndarray, p: np.ndarray, params: GhostParams) -> tuple[np.ndarray,
     return num, den, a, rho, mask
 
 
+def _displacement(speed: np.ndarray, t: int, lag: int, active: np.ndarray, evidence: np.ndarray) -> float:
+    """How far, in analysis pixels, a copy from `lag` frames away sits from its subject: |lag| x the subject's speed.
+
+    The speed is the larger of two estimates. (1) The 90th percentile of the baseline's speed at frame t over every
+    window with contrast in P_s: right when the moving subject fills much of that area, too low when static or
+    slowly panning background dominates it (a small subject, a long lag, a pan). (2) The median speed inside the
+    evidence windows, each pixel taking the larger of its speed at frame t and at frame t - lag: the evidence lies
+    where the subject is now and where it was (or will be) at t - lag, and the second is background at frame t, so
+    frame t alone reads ~0 there. Either can be low (DIS underestimates fast motion, the evidence can sit on
+    background at both frames), neither reads a harmless difference as faster than the scene moves.
+
+    speed: float32 (T, h, w); active, evidence: bool (h, w).
+    """
+    whole = float(np.percentile(speed[t][active], 90)) if active.any() else 0.0
+    local = float(np.median(np.maximum(speed[t], speed[t - lag])[evidence])) if evidence.any() else 0.0
+    return abs(lag) * max(whole, local)
+
+
 def _not_a_copy(r: np.ndarray, p: np.ndarray, a: np.ndarray, rho: np.ndarray, partners: list[np.ndarray],
                 params: GhostParams) -> np.ndarray:
     """bool (h, w): windows whose fit is explained by something other than a faint copy from one moment."""
@@ -211,6 +229,7 @@ def _not_a_copy(r: np.ndarray, p: np.ndarray, a: np.ndarray, rho: np.ndarray, pa
 def _analyse_frame(base: Planes, cand_y: np.ndarray, align: Callable[[], np.ndarray], valid: np.ndarray,
                    speed: np.ndarray, t: int, params: GhostParams) -> tuple[float, int, float, np.ndarray]:
     """(opacity, lag, displacement, heatmap (h, w)) for frame t: the strongest lag among the best candidates.
+    speed: the baseline's speed maps, float32 (T, h, w).
 
     align() gives the flow-aligned candidate luma; it is only called for frames with evidence in the unaligned
     residual (most frames of a clean pair have none, and the flow is the costly part)."""
@@ -254,12 +273,11 @@ def _evaluate_lag(base: Planes, t: int, lag: int, r_raw: np.ndarray, aligned: Ca
     # that simply moved, but not an added translucent copy.
     r_aligned = aligned()
     num, den, a, rho, mask = _fit(r_aligned, p, params)
-    active = den >= params.min_contrast ** 2
-    displacement = abs(lag) * float(np.percentile(speed[active], 90)) if active.any() else 0.0
-    if displacement < params.min_displacement:
-        return None
     mask &= mask_raw & (np.abs(a_raw - a) <= 0.5 * a)
     if mask.sum() < min_area:
+        return None
+    displacement = _displacement(speed, t, lag, den >= params.min_contrast ** 2, mask)
+    if displacement < params.min_displacement:
         return None
     frames = base.y.shape[0]
     partner_lags = sorted({2 * lag, -lag, 3 * lag, int(lag / 2)} - {0, lag})
