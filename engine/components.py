@@ -14,8 +14,9 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import ModelLoadError
+from engine.errors import ModelLoadError, RequestError
 from engine.layout import ModelGeometry
+from engine.tiers import DEFAULT_SPARSE_TILE, check_model_tile
 
 NANO_PATH = Path(__file__).resolve().parent.parent / "assets" / "nano"
 DEFAULT_PIPELINE_CONFIG = {"canvas_short_edge": 768, "canvas_max_pixels": 768 * 1344}
@@ -79,6 +80,7 @@ class Components:
             audio_sample_rate=self.audio_vae.config.sampling_rate,
             canvas_short_edge=self.pipeline_config["canvas_short_edge"],
             canvas_max_pixels=self.pipeline_config["canvas_max_pixels"],
+            sparse_tile=self.pipeline_config.get("sparse_tile", DEFAULT_SPARSE_TILE),
         )
 
     def parameter_counts(self) -> dict[str, int]:
@@ -190,6 +192,14 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
     problems = check_checkpoint(root)
     if problems:
         raise ModelLoadError(str(root), problems)
+    studio_file = root / "h3_studio.json"
+    studio = json.loads(studio_file.read_text()) if studio_file.is_file() else {}
+    pipeline_config = {**DEFAULT_PIPELINE_CONFIG, **studio.get("pipeline", {})}
+    if "sparse_tile" in pipeline_config:  # before any weights load
+        try:
+            check_model_tile(pipeline_config["sparse_tile"])
+        except RequestError as error:
+            raise ModelLoadError(str(root), [f"h3_studio.json: {error}"]) from None
 
     loaded, problems = {}, []
     placement = placement or {}
@@ -205,9 +215,6 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
     if problems:
         raise ModelLoadError(str(root), problems)
 
-    studio_file = root / "h3_studio.json"
-    studio = json.loads(studio_file.read_text()) if studio_file.is_file() else {}
-    pipeline_config = {**DEFAULT_PIPELINE_CONFIG, **studio.get("pipeline", {})}
     if "reference_image_short_edge" not in pipeline_config:
         multiple = 32
         edge = pipeline_config["canvas_short_edge"] * REFERENCE_EDGE_RATIO

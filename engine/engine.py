@@ -182,7 +182,7 @@ class Engine:
 
     def _denoise(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> _Denoised:
         components = self.components
-        plan = tier_plan(self.tiers, request, self.num_blocks)  # the one `plan()` reports
+        plan = tier_plan(self.tiers, request, self.num_blocks, components.geometry.sparse_tile)  # as `plan()` reports
         tier = plan.tier
         transformer = transformer_for(components, request.task)
         conditions: list[torch.Tensor] = []
@@ -289,7 +289,8 @@ class Engine:
                                            fused=tier.fused, parallel=self.parallel)
                 if tier.sparse:
                     runtime.row_order, runtime.inverse_order = tile_row_order(
-                        layout.video_start, video_tile_order(canvas, self.components.geometry.patch_size),
+                        layout.video_start,
+                        video_tile_order(canvas, self.components.geometry.patch_size, tier.sparse.tile),
                         layout.padded_length)
                 previous = install_processors(transformer, runtime)
             if tier.fused:

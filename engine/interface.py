@@ -62,10 +62,11 @@ class ModelEngine(GenerationEngine, Protocol):
     def untrained(self) -> bool: ...
 
 
-def tier_plan(tiers: TierTable, request: GenerationRequest, num_blocks: int) -> TierPlan:
-    """The TierPlan a validated request runs: its tier at its steps (the tier's own when it names none)."""
+def tier_plan(tiers: TierTable, request: GenerationRequest, num_blocks: int, model_tile: int = 64) -> TierPlan:
+    """The TierPlan a validated request runs: its tier at its steps (the tier's own when it names none), sparse
+    attention at the model's tile (`ModelGeometry.sparse_tile`) unless the tier fixes one."""
     tier = tiers.get(request.tier)
-    return TierPlan(tier, request.steps or tier.steps, num_blocks)
+    return TierPlan(tier, request.steps or tier.steps, num_blocks, model_tile)
 
 
 def task_tier_config(tier_config: dict[str, Any], request: GenerationRequest) -> dict[str, Any]:
@@ -80,6 +81,7 @@ def plan_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGe
     from engine.layout import resolve_canvas  # imports diffusers: only when a local engine plans
 
     canvas = resolve_canvas(geometry, request.duration_seconds, request.aspect_ratio, request.short_edge)
-    return RequestPlan(request, task_tier_config(tier_plan(tiers, request, num_blocks).to_dict(), request),
+    plan = tier_plan(tiers, request, num_blocks, geometry.sparse_tile)
+    return RequestPlan(request, task_tier_config(plan.to_dict(), request),
                        canvas.width, canvas.height,
                        canvas.duration_seconds, model_id, model_name)

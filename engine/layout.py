@@ -24,9 +24,10 @@ from diffusers.modular_pipelines.minimax_h3.modular_pipeline import (
 )
 
 from engine.request import aspect_parts
+from engine.tiers import SPARSE_TILE_CUBES
 
 FPS = MINIMAX_H3_FPS
-TILE_CUBE = (4, 4, 4)  # (t, h, w) extent of one 64-row sparse-attention tile
+TILE_CUBE = SPARSE_TILE_CUBES[64]  # (t, h, w) extent of one 64-row sparse-attention tile (the released model's)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class ModelGeometry:
     audio_sample_rate: int
     canvas_short_edge: int
     canvas_max_pixels: int
+    sparse_tile: int = 64  # rows of one sparse-attention tile at this model's size (engine/tiers.SPARSE_TILE_CUBES)
 
     @property
     def canvas_multiple(self) -> int:
@@ -144,16 +146,19 @@ def pad_rows(tensor: torch.Tensor, padded_length: int, fill: float = 0) -> torch
     return torch.cat([tensor, pad])
 
 
-def video_tile_order(canvas: Canvas, patch_size: tuple[int, int, int]) -> torch.Tensor:
-    """Permutation of the video rows into (4, 4, 4) tile order, so 64 consecutive rows form one (t, h, w) cube.
+def video_tile_order(canvas: Canvas, patch_size: tuple[int, int, int], tile: int = 64) -> torch.Tensor:
+    """Permutation of the video rows into tile order, so `tile` consecutive rows form one (t, h, w) cube of
+    `SPARSE_TILE_CUBES[tile]` (engine/tiers.py: (4, 4, 4) for 64 rows, (4, 2, 2) for 16).
 
     Returns `order` of shape (num_video_rows,): `video_rows[order]` is tile-ordered. Edge tiles of a grid that is
-    not a multiple of 4 are smaller, so a 64-row chunk near an edge may span two neighbouring cubes.
+    not a multiple of the cube are smaller, so a `tile`-row chunk near an edge may span two neighbouring cubes.
     """
+    if tile not in SPARSE_TILE_CUBES:
+        raise ValueError(f"sparse tiles are {' or '.join(map(str, SPARSE_TILE_CUBES))} rows, got {tile}")
     frames = canvas.num_latent_frames // patch_size[0]
     grid_h, grid_w = canvas.latent_height // patch_size[1], canvas.latent_width // patch_size[2]
     t, h, w = torch.meshgrid(torch.arange(frames), torch.arange(grid_h), torch.arange(grid_w), indexing="ij")
-    ct, ch, cw = TILE_CUBE
+    ct, ch, cw = SPARSE_TILE_CUBES[tile]
     # Lexicographic key: cube coordinates first, then position inside the cube.
     keys = [t // ct, h // ch, w // cw, t % ct, h % ch, w % cw]
     key = torch.zeros_like(t)

@@ -25,6 +25,16 @@ CACHE_MIN_STEPS = 20
 SPARSE_SAFE_DURATION = 14.0
 SPARSE_MIN_DENSE_STEPS = 2
 STATUSES = ("stable", "experimental", "deprecated")
+# Sparse-attention tile sizes (rows) and their (t, h, w) cubes in latent frames x patch rows x patch columns
+# (engine/layout.video_tile_order puts the video rows in this order). A tile always spans 4 latent frames (about
+# 0.57 s at every model size: the VAE's temporal compression is fixed); its spatial side follows the canvas. The
+# released model's 4x4 patches are 128x128 px on its 1344x768 canvas (a sixth of the short edge; 583 tiles in 5 s).
+# The nano's 224x128 canvas is 4 patches high, so there a 4x4 tile covers the whole height and 5 s has 17 tiles;
+# 2x2 patches (64x64 px, half its height; 65 tiles in 5 s) is the nearest the kernels allow (a power of two >= 16
+# rows). A model names its tile in h3_studio.json (`"pipeline": {"sparse_tile": 16}`); without one, 64. A tier's
+# `sparse.tile` 0 means "the model's tile" (every built-in tier); 16 or 64 fixes it.
+SPARSE_TILE_CUBES = {16: (4, 2, 2), 64: (4, 4, 4)}
+DEFAULT_SPARSE_TILE = 64
 GHOSTING_WARNING = (
     "sparse attention below {limit:g} s with fewer than {dense} dense steps ghosts: a faint second copy of the "
     "moving subject that passes per-call numerical gates and LPIPS (h3-facts §7). Use ≥ {dense} dense steps, a clip "
@@ -56,10 +66,10 @@ class CacheSpec:
 
 @dataclass(frozen=True)
 class SparseSpec:
-    """Block-sparse attention over 64-row video tiles; text/audio rows are a KV sink and dense as queries."""
+    """Block-sparse attention over video tiles; text/audio rows are a KV sink and dense as queries."""
 
     keep_ratio: float = 0.1
-    tile: int = 64
+    tile: int = 0  # rows per tile: 0 = the model's own (64 for the released model, 16 for the nano), or 16 / 64
     dense_first_steps: int = 10
     dense_first_blocks: int = 1
     sink: bool = True  # text and audio key rows always attended (fixed: the model needs its conditioning)
@@ -144,8 +154,9 @@ def check_tier(tier: TierSpec) -> None:
         sparse = tier.sparse
         if not 0 < sparse.keep_ratio <= 1:
             raise RequestError("tier.sparse.keep_ratio", f"{where}: keep_ratio must be in (0, 1]")
-        if sparse.tile != 64:
-            raise RequestError("tier.sparse.tile", f"{where}: tiles are 64 rows (4×4×4), got {sparse.tile}")
+        if sparse.tile and sparse.tile not in SPARSE_TILE_CUBES:
+            raise RequestError("tier.sparse.tile", f"{where}: tile is 0 (the model's own) or one of "
+                               f"{tile_choices()} rows, got {sparse.tile}")
         if not sparse.sink:
             raise RequestError("tier.sparse.sink", f"{where}: text/audio rows must stay attended (sink=true)")
         if sparse.dense_first_steps < 0 or sparse.dense_first_blocks < 0:
@@ -162,6 +173,17 @@ def check_tier(tier: TierSpec) -> None:
         raise RequestError("tier.bucket", f"{where}: bucket must be ≥ 0 and a multiple of 64 with sparse attention")
     if tier.min_duration > tier.max_duration:
         raise RequestError("tier.min_duration", f"{where}: min_duration exceeds max_duration")
+
+
+def tile_choices() -> str:
+    return ", ".join(f"{rows} ({'×'.join(map(str, cube))})" for rows, cube in SPARSE_TILE_CUBES.items())
+
+
+def check_model_tile(tile, where: str = "h3_studio.json pipeline.sparse_tile") -> int:
+    """A model's sparse tile (rows) from its config; RequestError naming `where` unless it is one of the cubes."""
+    if isinstance(tile, bool) or tile not in SPARSE_TILE_CUBES:
+        raise RequestError(where, f"a model's sparse tile is one of {tile_choices()} rows, got {tile!r}")
+    return tile
 
 
 def availability(tier: TierSpec, duration: float | None = None, steps: int | None = None,
@@ -261,11 +283,21 @@ class TierTable:
 
 @dataclass(frozen=True)
 class TierPlan:
-    """What one request does at each step and block: the only thing the engine consults."""
+    """What one request does at each step and block: the only thing the engine consults.
+
+    `model_tile` is the model's sparse tile (rows); a tier whose `sparse.tile` is 0 runs with it, so `tier` (and
+    `to_dict`, which clips record) always carries the tile that runs."""
 
     tier: TierSpec
     steps: int
     num_blocks: int
+    model_tile: int = DEFAULT_SPARSE_TILE
+
+    def __post_init__(self):
+        sparse = self.tier.sparse
+        if sparse is not None and not sparse.tile:
+            tile = check_model_tile(self.model_tile, "model_tile")
+            object.__setattr__(self, "tier", replace(self.tier, sparse=replace(sparse, tile=tile)))
 
     def sparse_at(self, step: int, block: int) -> SparseSpec | None:
         sparse = self.tier.sparse

@@ -60,7 +60,7 @@ def test_builtin_table_has_the_seven_tiers_with_their_recipes():
                                                                                                False)
     assert turbo.steps == 9 and turbo.lora and turbo.cache is None
     assert turbo5.steps == 5 and turbo5.status == "experimental"
-    assert sol.steps == 50 and sol.fused and sol.sparse.tile == 64 and sol.cache.threshold == 0.08
+    assert sol.steps == 50 and sol.fused and sol.sparse.tile == 0 and sol.cache.threshold == 0.08  # 0: the model's tile
     assert turbo_sparse.steps == 9 and turbo_sparse.cache is None and turbo_sparse.sparse.dense_first_steps == 1
     assert turbo_sparse.min_duration == 14.0
 

@@ -12,8 +12,11 @@ with a caption template, generated with seed 42. Clips are made once per (prompt
    log pitch with height per clip (pass: mean ≥ 0.6); for bouncing prompts, each click (2 kHz band onset) against
    the nearest floor contact of the track (lowest points, sub-frame by parabola) (pass: median ≤ 50 ms).
 4. ghost: an aggressive sparse tier (keep 0.1 of video key tiles, no dense steps or blocks; forced past the
-   engine's refusal) and the shipped `sol` tier against the baseline; `studio.quality.compare_clips` flags
-   ghosting (pass: aggressive flagged on ≥ 6 of 10 prompts, sol on fewer).
+   engine's refusal) and the shipped `sol` tier against the baseline, both at the model's sparse tile
+   (h3_studio.json `sparse_tile`; `--ghost-tile 64` runs both at 64-row tiles instead); `studio.quality.compare_clips`
+   flags ghosting (pass: aggressive flagged on ≥ 6 of 10 prompts, sol on fewer). Each clip also gets the evidence
+   that tells a ghost from drift: whether the tracker still finds the prompt's colour and direction, and how far the
+   tracked subject sits from the baseline's (median px). `--ghost-strips DIR` writes a PNG strip per prompt.
 5. bench: wall time of one 5 s baseline + turbo pair after a warm-up pair (bench/nano_bench.py does it alone).
 Results are printed and written as JSON; TRAINING.md quotes them.
 """
@@ -38,8 +41,19 @@ from train.metrics import ssim, track  # noqa: E402
 SEED = 42
 
 
-def tiers_toml(loras: Path) -> str:
-    """Tiers that point at the LoRAs under test (absolute paths) plus the aggressive sparse setting."""
+def tiers_toml(loras: Path, ghost_tile: int = 0) -> str:
+    """Tiers that point at the LoRAs under test (absolute paths) plus the aggressive sparse setting (at the model's
+    sparse tile, or `ghost_tile` rows) and, with a `ghost_tile`, `v-sol`: the shipped sol at that tile."""
+    from engine.tiers import TierTable
+
+    sol = TierTable.load().get("sol")
+    v_sol = "" if not ghost_tile else "\n".join([
+        "[[tier]]", 'name = "v-sol"', f'description = "the shipped sol at {ghost_tile}-row tiles"',
+        f"steps = {sol.steps}", f"bucket = {sol.bucket}", f"fused = {str(sol.fused).lower()}",
+        f"sparse = {{ keep_ratio = {sol.sparse.keep_ratio}, tile = {ghost_tile}, "
+        f"dense_first_steps = {sol.sparse.dense_first_steps}, dense_first_blocks = {sol.sparse.dense_first_blocks} }}",
+        f"cache = {{ threshold = {sol.cache.threshold}, warmup_steps = {sol.cache.warmup_steps}, "
+        f"max_consecutive = {sol.cache.max_consecutive} }}", ""])
     return f"""
 [[tier]]
 name = "v-turbo"
@@ -60,8 +74,8 @@ name = "v-ghost"
 description = "aggressive sparse attention: keep 10% of key tiles from the first step and block"
 steps = 50
 bucket = 64
-sparse = {{ keep_ratio = 0.1, dense_first_steps = 0, dense_first_blocks = 0 }}
-"""
+sparse = {{ keep_ratio = 0.1, tile = {ghost_tile}, dense_first_steps = 0, dense_first_blocks = 0 }}
+""" + v_sol
 
 
 def heldout_set(count: int, seed: int = 20261209) -> list[tuple[tuple[str, str, str, str], int]]:
@@ -212,22 +226,84 @@ def check_audio(clips: Clips, count: int) -> dict:
             "pass": mean_r >= 0.6 and median_ms <= 50}
 
 
-def check_ghost(clips: Clips, count: int) -> dict:
+def subject_offset(base: np.ndarray, other: np.ndarray) -> float:
+    """Median distance (px) between the tracked subject of two clips over the frames where both were found; a
+    ghost leaves the subject where the baseline has it (small), drift moves it (large). NaN if never both found."""
+    a, b = track(base), track(other)
+    d = np.hypot(a.xs - b.xs, a.ys - b.ys)
+    return float(np.nanmedian(d)) if np.isfinite(d).any() else float("nan")
+
+
+def save_strip(path: Path, clips: dict[str, np.ndarray], every: int = 12) -> None:
+    """One PNG: a row of every `every`-th frame per clip, the first clip's row on top, each other clip followed by
+    its absolute difference to the first (x3)."""
+    from PIL import Image
+
+    names = list(clips)
+    base = clips[names[0]].astype(np.int16)
+    rows = [np.concatenate(list(clips[names[0]][::every]), axis=1)]
+    for name in names[1:]:
+        frames = clips[name]
+        rows.append(np.concatenate(list(frames[::every]), axis=1))
+        diff = np.clip(np.abs(frames.astype(np.int16) - base) * 3, 0, 255).astype(np.uint8)
+        rows.append(np.concatenate(list(diff[::every]), axis=1))
+    Image.fromarray(np.concatenate(rows, axis=0)).save(path)
+
+
+def sparse_geometry(engine, tier: str) -> dict:
+    """The tile geometry a tier's sparse attention runs at on a 5 s clip at the model's canvas."""
+    from engine.interface import tier_plan
+    from engine.layout import resolve_canvas
+    from engine.tiers import SPARSE_TILE_CUBES
+    from kernels.tile_select import num_keep_tiles
+
+    request = engine.validate({"prompt": "x", "seed": SEED, "tier": tier, "force": True})
+    sparse = tier_plan(engine.tiers, request, engine.num_blocks, engine.components.geometry.sparse_tile).tier.sparse
+    geometry = engine.components.geometry
+    canvas = resolve_canvas(geometry, request.duration_seconds, request.aspect_ratio, request.short_edge)
+    rows = canvas.num_latent_frames * (canvas.latent_height // geometry.patch_size[1]) * (
+        canvas.latent_width // geometry.patch_size[2])
+    tiles = -(-rows // sparse.tile)
+    return {"tile_rows": sparse.tile, "cube_thw": list(SPARSE_TILE_CUBES[sparse.tile]), "video_rows": rows,
+            "video_tiles": tiles, "kept_per_query_tile": num_keep_tiles(tiles, sparse.keep_ratio),
+            "keep_ratio": sparse.keep_ratio, "dense_first_steps": sparse.dense_first_steps,
+            "dense_first_blocks": sparse.dense_first_blocks}
+
+
+def check_ghost(clips: Clips, count: int, ghost_tile: int = 0, strips: Path | None = None) -> dict:
     from studio.quality import ClipData, compare_clips
 
-    rows, flagged = [], {"v-ghost": 0, "sol": 0}
-    for _, prompt in held_out_prompts(count):
+    tiers = {"aggressive": "v-ghost", "sol": "v-sol" if ghost_tile else "sol"}
+    rows, flagged = [], dict.fromkeys(tiers, 0)
+    for index, (content, prompt) in enumerate(held_out_prompts(count)):
         base = clips.get(prompt, "baseline")
         row = {"prompt": prompt}
-        for tier in flagged:
+        for key, tier in tiers.items():
             other = clips.get(prompt, tier)
             result = compare_clips(ClipData(base.frames, 24.0), ClipData(other.frames, 24.0), lpips=False)
-            row[tier] = {"ghosting": bool(result.ghost.ghosting), "ghost_score": float(result.ghost.score),
-                         "ssim": ssim(base.frames, other.frames)}
-            flagged[tier] += bool(result.ghost.ghosting)
+            tr = track(other.frames)
+            row[key] = {"ghosting": bool(result.ghost.ghosting), "ghost_score": float(result.ghost.score),
+                        "ssim": ssim(base.frames, other.frames),
+                        "followed": bool(tr.colour == content[0] and tr.motion == content[2]),
+                        "motion": tr.motion, "subject_offset_px": subject_offset(base.frames, other.frames)}
+            flagged[key] += bool(result.ghost.ghosting)
         rows.append(row)
-    return {"aggressive_flagged": f"{flagged['v-ghost']}/{count}", "sol_flagged": f"{flagged['sol']}/{count}",
-            "per_prompt": rows, "pass": flagged["v-ghost"] >= 6 and flagged["sol"] < flagged["v-ghost"]}
+        print("  ghost", json.dumps(row), flush=True)
+        if strips is not None:
+            strips.mkdir(parents=True, exist_ok=True)
+            save_strip(strips / f"ghost_{index:02d}.png",
+                       {"baseline": base.frames, **{k: clips.get(prompt, t).frames for k, t in tiers.items()}})
+    summary = {}
+    for key in tiers:
+        offsets = [r[key]["subject_offset_px"] for r in rows]
+        summary[key] = {"followed": f"{sum(r[key]['followed'] for r in rows)}/{count}",
+                        "median_subject_offset_px": float(np.nanmedian(offsets)),
+                        "mean_ssim": float(np.mean([r[key]["ssim"] for r in rows]))}
+    engine = clips.engine
+    return {"aggressive_flagged": f"{flagged['aggressive']}/{count}", "sol_flagged": f"{flagged['sol']}/{count}",
+            "tiers": tiers, "geometry": {k: sparse_geometry(engine, t) for k, t in tiers.items()},
+            "summary": summary, "per_prompt": rows,
+            "pass": flagged["aggressive"] >= 6 and flagged["sol"] < flagged["aggressive"]}
 
 
 def benchmark(engine, repeats: int = 1) -> dict:
@@ -259,6 +335,9 @@ def main() -> None:
     parser.add_argument("--loras", type=Path, default=ROOT / "assets" / "loras")
     parser.add_argument("--prompts", type=int, default=20)
     parser.add_argument("--ghost-prompts", type=int, default=10)
+    parser.add_argument("--ghost-tile", type=int, default=0,
+                        help="sparse tile rows for the ghost check's tiers (0: the model's own, h3_studio.json)")
+    parser.add_argument("--ghost-strips", type=Path, default=None, help="write a PNG strip per ghost prompt here")
     parser.add_argument("--checks", default="steering,turbo,audio,ghost,bench")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
@@ -267,13 +346,13 @@ def main() -> None:
     from engine.engine import Engine
 
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as handle:
-        handle.write(tiers_toml(args.loras))
+        handle.write(tiers_toml(args.loras, args.ghost_tile))
     engine = Engine.load(str(args.model), tiers_file=handle.name, device="cpu")
     results = {"model": str(args.model), "model_id": engine.model_id, "threads": args.threads}
     clips = Clips(engine)
     checks = {"bench": lambda: benchmark(engine), "steering": lambda: check_steering(clips, args.prompts),
               "turbo": lambda: check_turbo(clips, args.prompts), "audio": lambda: check_audio(clips, args.prompts),
-              "ghost": lambda: check_ghost(clips, args.ghost_prompts)}
+              "ghost": lambda: check_ghost(clips, args.ghost_prompts, args.ghost_tile, args.ghost_strips)}
     for name in args.checks.split(","):
         start = time.time()
         try:
