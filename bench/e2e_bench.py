@@ -238,7 +238,7 @@ def run_request(engine, payload: dict, mp4_dir: Path | None, label: str) -> dict
         "compiles": {k: v for k, v in clip.compiles.items() if k != "bucket_keys"},
         "peak_memory_mb": clip.peak_memory_mb,
         "lora": None if clip.lora is None else {k: clip.lora.get(k) for k in
-                                                ("merged_layers", "matched_layers", "merge_s", "restore_s")},
+                                                ("merged_layers", "matched_layers", "merge_s", "restore_s", "undo_bytes")},
         "mp4": {"bytes": len(clip.mp4), "sha256": hashlib.sha256(clip.mp4).hexdigest()[:16],
                 "frames": int(clip.frames.shape[0]), "width": clip.width, "height": clip.height},
     }

@@ -161,8 +161,9 @@ def _memory(args) -> dict:
         here = machine_here(torch.device("cuda")) if torch.cuda.is_available() else None
     from engine.tiers import TierTable
 
-    fp8 = any(tier.fp8 for tier in TierTable.load().tiers.values())  # the engine then keeps fp8 weight copies
-    return memory_report(root, geometry_of(root, pipeline), here, fp8)
+    tiers = TierTable.load()
+    fp8 = any(tier.fp8 for tier in tiers.tiers.values())  # the engine then keeps fp8 weight copies
+    return memory_report(root, geometry_of(root, pipeline), here, fp8, tiers)  # and merges LoRA tiers per request
 
 
 def _info(args) -> int:

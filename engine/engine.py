@@ -43,6 +43,7 @@ from engine.tasks import (
     transformer_for,
 )
 from engine.tiers import TierPlan, TierTable
+from engine.weight_undo import WeightRestoreError
 
 if TYPE_CHECKING:
     from engine.distributed import ParallelContext
@@ -106,13 +107,17 @@ class Engine:
 
         self.components = components
         self.parallel = parallel
-        fp8 = parallel is None and any(tier.fp8 for tier in (tiers or TierTable.load()).tiers.values())
-        self.memory = plan_for(components.path, machine, components.geometry, fp8) if machine is not None else None
+        table = tiers or TierTable.load()
+        fp8 = parallel is None and any(tier.fp8 for tier in table.tiers.values())
+        # Sequence-parallel ranks keep a LoRA on hooks (FSDP shards are not merged): no undo records to plan for.
+        self.memory = (plan_for(components.path, machine, components.geometry, fp8,
+                                table if parallel is None else None) if machine is not None else None)
         self._placement_hooks = apply_plan(components, self.memory.plan if self.memory else None)
         self.tiers = tiers or TierTable.load()
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
         self._lock = threading.Lock()
         self._loras: dict[tuple[str, float, int], object] = {}
+        self.damaged: str | None = None  # set if a merged LoRA's base weights could not be restored exactly
         self.compile_keys: set[tuple] = set()  # every kernel specialisation this process has built
         # fp8 tiers: block weights quantized once (engine/fp8.py), at load for the main transformer; FSDP shards
         # (sequence-parallel workers) are not quantized and refuse fp8 tiers.
@@ -150,6 +155,8 @@ class Engine:
         return len(self.components.transformer.transformer_blocks)
 
     def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
+        if self.damaged is not None:  # never serve clips from weights that are not the checkpoint's
+            raise RuntimeError(self.damaged)
         request = self.tiers.validate(payload, self.limits)
         check_task(self.components, request)
         if self.tiers.get(request.tier).fp8 and not self.fp8_ready:
@@ -283,6 +290,7 @@ class Engine:
                     start = time.perf_counter()
                     lora_report["merged_layers"] = handle.merge()
                     lora_report["merge_s"] = time.perf_counter() - start
+                    lora_report["undo_bytes"] = handle.undo_bytes
             if tier.sparse or tier.fused or layout.padded_length > layout.length or self.parallel is not None:
                 runtime = AttentionRuntime(plan=plan, valid_length=layout.length,
                                            padded_length=layout.padded_length, video_start=layout.video_start,
@@ -323,7 +331,12 @@ class Engine:
                 restore_processors(transformer, previous)
             if handle is not None:
                 start = time.perf_counter()
-                handle.remove()
+                try:
+                    handle.remove()
+                except WeightRestoreError as error:
+                    self.damaged = (f"the engine stopped serving: a merged LoRA's base weights could not be restored "
+                                    f"bit for bit ({error}); restart it to reload the checkpoint")
+                    raise RuntimeError(self.damaged) from error
                 if lora_report is not None and lora_report["merged_layers"]:
                     lora_report["restore_s"] = time.perf_counter() - start
 

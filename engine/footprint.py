@@ -202,6 +202,88 @@ def _fp8_copy_bytes(transformer: torch.nn.Module) -> int:
 
 
 @dataclass(frozen=True)
+class MergeCost:
+    """What merging a LoRA into the transformer for one request holds on the GPU (engine/lora.py `merge`):
+    `undo`, the restore records of every target weight at their bound (engine/weight_undo.py `budget_bytes`), held
+    from the merge to the restore, i.e. through the denoise; `workspace`, the transient of merging or restoring the
+    largest target. `targets` is how the target modules were found: "file" (the adapter's keys and shapes map onto
+    this model), "per block" (its module names do but not its shapes, e.g. the nano's adapter named for the released
+    model: the same modules in every block) or "every linear" (nothing maps: the upper bound)."""
+
+    undo: int
+    workspace: int
+    layers: int
+    target_elements: int
+    targets: str
+
+    def to_dict(self) -> dict:
+        return {"undo_GiB": round(self.undo / GiB, 3), "workspace_GiB": round(self.workspace / GiB, 3),
+                "layers": self.layers, "target_elements": self.target_elements, "targets": self.targets}
+
+
+def lora_targets(transformer: torch.nn.Module, path: str | Path) -> tuple[list[str], str]:
+    """The Linears (module names) a merge of the LoRA file at `path` rewrites in `transformer` (meta is fine),
+    read from the file's header and shapes only, and how they were found (`MergeCost.targets`)."""
+    import re
+
+    from safetensors import safe_open
+
+    from engine.lora_keys import _build_vocabulary, _resolve, find_linear, linear_layers, split_key
+
+    vocab, flat = _build_vocabulary(transformer)
+    named, shapes_fit = set(), True
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():
+                parsed = split_key(key)
+                resolved = _resolve(parsed[0], vocab, flat) if parsed and parsed[1] != "alpha" else None
+                if parsed is None or (resolved is None and parsed[1] != "alpha"):
+                    shapes_fit = False
+                    continue
+                if resolved is None:
+                    continue
+                modules = resolved[1].modules
+                named.update(modules)
+                shape = f.get_slice(key).get_shape()
+                layers = [find_linear(transformer, m) for m in modules]
+                if parsed[1] == "down" and (len(shape) != 2 or shape[1] != layers[0].in_features):
+                    shapes_fit = False
+                if parsed[1] == "up" and (len(shape) != 2 or shape[0] != sum(x.out_features for x in layers)):
+                    shapes_fit = False
+    except Exception:  # noqa: BLE001  an unreadable file: the tier is unavailable anyway; plan for the worst
+        named, shapes_fit = set(), False
+    if named and shapes_fit:
+        return sorted(named), "file"
+    if named:
+        kinds = {re.sub(r"^(transformer_blocks)\.\d+\.", r"\1.*.", name) for name in named}
+        every = [name for name in linear_layers(transformer)
+                 if re.sub(r"^(transformer_blocks)\.\d+\.", r"\1.*.", name) in kinds]
+        return every, "per block"
+    return list(linear_layers(transformer)), "every linear"
+
+
+def merge_cost(root: str | Path, path: str | Path, dtype: torch.dtype = torch.bfloat16,
+               transformer: torch.nn.Module | None = None) -> MergeCost:
+    """The GPU memory of merging the LoRA at `path` into the checkpoint at `root` served in `dtype` (configs and
+    the file's header only): computed from its target weights' sizes, not measured."""
+    from engine.lora_keys import find_linear
+    from engine.weight_undo import budget_bytes, workspace_bytes
+
+    if transformer is None:
+        transformer = _diffusers_on_meta("MiniMaxH3Transformer3DModel", Path(root) / "transformer")
+    names, how = lora_targets(transformer, path)
+    fp32 = tuple(getattr(transformer, "_keep_in_fp32_modules", None) or ())
+    undo = workspace = elements = 0
+    for name in names:
+        weight = find_linear(transformer, name).weight
+        served = torch.float32 if any(name == m or name.startswith(m + ".") for m in fp32) else dtype
+        undo += budget_bytes(weight.numel(), served, tuple(weight.shape))
+        workspace = max(workspace, workspace_bytes(weight.numel(), served))
+        elements += weight.numel()
+    return MergeCost(undo, workspace, len(names), elements, how)
+
+
+@dataclass(frozen=True)
 class RowCost:
     """Activation bytes of one transformer forward: `fixed + per_row · rows` (computed under fake tensors)."""
 

@@ -41,7 +41,7 @@ from engine.lora_keys import (
     read_header,
     split_key,
 )
-from engine.weight_undo import WeightUndo
+from engine.weight_undo import WeightRestoreError, WeightUndo, exact_matmul
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class _LiveLayer:
     module: nn.Linear
     pieces: list[_Piece]
     undo: WeightUndo | None = None  # set while merged: restores the base weight exactly
+    merged_scale: float | None = None  # the tier scale merged (the restore recomputes that delta)
 
 
 # Models with an active handle, so two adapters never stack by accident (a per-request switch must remove first).
@@ -91,8 +92,9 @@ def _active_handle(model: nn.Module) -> LoraHandle | None:
 class LoraHandle:
     """An adapter applied to a model, unmerged, through hooks on its Linears. Use `remove()` or a `with` block.
 
-    `remove()` leaves the model bitwise identical to before `apply()` (hooks removed, merged weights restored from a
-    copy). At scale 0 the hooks return the base output untouched, so the base model is reproduced exactly too.
+    `remove()` leaves the model bitwise identical to before `apply()` (hooks removed, merged weights restored exactly
+    through their `WeightUndo`). At scale 0 the hooks return the base output untouched, so the base model is
+    reproduced exactly too.
     """
 
     def __init__(self, adapter: LoraAdapter, model: nn.Module, layers: list[_LiveLayer]):
@@ -129,6 +131,11 @@ class LoraHandle:
     def merged_layers(self) -> int:
         return sum(layer.undo is not None for layer in self._layers)
 
+    @property
+    def undo_bytes(self) -> int:
+        """Bytes of the merged layers' restore records (what engine/memory.py plans as the merge's undo)."""
+        return sum(layer.undo.nbytes for layer in self._layers if layer.undo is not None)
+
     def set_scale(self, scale: float) -> None:
         """Same as `adapter.set_scale`: every handle of the adapter follows (merged layers are re-merged)."""
         self.adapter.set_scale(scale)
@@ -138,9 +145,10 @@ class LoraHandle:
         """Fold the update into the weights for speed; returns the number of layers merged.
 
         A layer is skipped (stays on its hook) when the weight dtype's rounding would lose more than `max_rounding_loss`
-        of the update (SGLang's rule for bf16: `|realised - wanted| > 0.5 |wanted|`). Each merged layer keeps a
-        `WeightUndo` (engine/weight_undo.py: one byte per element for 16-bit weights, a copy otherwise), so
-        `unmerge()` / `remove()` restore the base weights bit for bit.
+        of the update (SGLang's rule for bf16: `|realised - wanted| > 0.5 |wanted|`), or when its undo would need
+        more than `weight_undo.PATCH_FRACTION` of its elements (the bound engine/memory.py plans for). Each merged
+        layer keeps a `WeightUndo` (engine/weight_undo.py: the delta is recomputed to restore, and only the elements
+        rounding lost are stored), so `unmerge()` / `remove()` restore the base weights bit for bit.
         """
         self._check_active()
         scale = self.adapter.tier_scale
@@ -150,28 +158,51 @@ class LoraHandle:
                 merged += 1
                 continue
             weight = layer.module.weight
+            wanted = self._delta(layer, scale)
+            work = weight.to(torch.float32, copy=True).add_(wanted)
+            new = work.to(weight.dtype, copy=True)
+            lost = work.copy_(new).sub_(weight).sub_(wanted).norm()  # |realised - wanted|
+            del work
+            wanted_norm = wanted.norm()
+            if wanted_norm == 0 or lost > max_rounding_loss * wanted_norm:
+                continue
+            undo = WeightUndo.record(weight, new, wanted)
+            if undo is None:
+                continue
+            layer.undo, layer.merged_scale = undo, scale
+            weight.copy_(new)
+            merged += 1
+        return merged
+
+    @staticmethod
+    def _delta(layer: _LiveLayer, scale: float) -> torch.Tensor:
+        """The layer's whole update `scale x factor x B @ A` in float32 on its device: computed the same way, bit for
+        bit, by `merge` and by `unmerge` (full-precision matmuls, from the file's tensors)."""
+        weight = layer.module.weight
+        with exact_matmul():
             wanted = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
             for piece in layer.pieces:
                 rows = slice(None) if piece.rows is None else piece.rows
                 # From the file's tensors in fp32, so a bf16 layer's merge is rounded once, at the end.
                 up, down = piece.source.up.to(weight.device).float(), piece.source.down.to(weight.device).float()
                 wanted[rows] += (scale * piece.source.factor) * (up @ down)
-            new = (weight.float() + wanted).to(weight.dtype)
-            wanted_norm = wanted.norm()
-            if wanted_norm == 0 or (new.float() - weight.float() - wanted).norm() > max_rounding_loss * wanted_norm:
-                continue
-            layer.undo = WeightUndo.record(weight, new)
-            weight.copy_(new)
-            merged += 1
-        return merged
+        return wanted
 
     @torch.no_grad()
     def unmerge(self) -> None:
-        """Restore the exact original weights of merged layers; the hooks take over again."""
+        """Restore the exact original weights of merged layers; the hooks take over again. A layer whose restore
+        fails its check (`WeightRestoreError`) is left merged and the error is raised after the others."""
+        failed = None
         for layer in self._layers:
             if layer.undo is not None:
-                layer.undo.apply(layer.module.weight)
-                layer.undo = None
+                try:
+                    layer.undo.apply(layer.module.weight, self._delta(layer, layer.merged_scale))
+                except WeightRestoreError as error:
+                    failed = error
+                    continue
+                layer.undo = layer.merged_scale = None
+        if failed is not None:
+            raise failed
 
     def remove(self) -> None:
         """Unmerge and remove every hook: the model is bitwise the base model again. Idempotent."""

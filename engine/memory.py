@@ -14,8 +14,9 @@ Per rank (rank 0 is the fullest: it holds the conditioner and decodes), bytes:
     weights  = transformer / N + 2 gathered blocks (FSDP: the running one and the prefetched one; N = 1: whole)
              + both VAEs + the conditioner's resident part
     encode   = weights + conditioner (when not resident) + encode activations
-    denoise  = weights + denoise activations / N + the Ulysses q/k/v exchange buffers / N
-    decode   = weights + decode activations
+    merge    = weights + the LoRA merge's undo records + the merge workspace (tiers that merge a LoRA per request)
+    denoise  = weights + denoise activations / N + the Ulysses q/k/v exchange buffers / N + the undo records
+    decode   = weights + decode activations (the base weights are restored by then)
 The peak is the largest phase. `usable` leaves `reserve` for what `max_memory_allocated` does not count (CUDA
 context, cuBLAS/cuDNN workspaces, allocator fragmentation).
 """
@@ -63,6 +64,9 @@ class RequestCost:
     denoise: int  # transformer forward + the loop's latents
     decode: int  # video + audio VAE decode
     exchange: int = 0  # Ulysses all-to-all buffers for q, k, v (sent and received) over the whole sequence
+    undo: int = 0  # a merged LoRA's restore records, held from the merge to the restore (engine/weight_undo.py)
+    merge_workspace: int = 0  # the transient of merging or restoring its largest target weight
+    tier: str = ""  # the tier the merge figures are for ("" when none merges)
 
 
 @dataclass(frozen=True)
@@ -110,11 +114,14 @@ class MemoryPlan:
         """Rank 0's bytes in each phase of `cost`."""
         w = self.machine.world
         encode_extra = self.sizes.conditioner if self.placement in ("offload", "reload") else 0
-        return {
+        phases = {
             "encode": self.weights + encode_extra + cost.encode,
-            "denoise": self.weights + -(-cost.denoise // w) + (-(-cost.exchange // w) if w > 1 else 0),
+            "denoise": self.weights + -(-cost.denoise // w) + (-(-cost.exchange // w) if w > 1 else 0) + cost.undo,
             "decode": self.weights + cost.decode,
         }
+        if cost.undo or cost.merge_workspace:
+            phases["merge"] = self.weights + cost.undo + cost.merge_workspace
+        return phases
 
     def peak(self, cost: RequestCost) -> tuple[str, int]:
         phase, value = max(self.phases(cost).items(), key=lambda item: item[1])
@@ -131,9 +138,12 @@ class MemoryPlan:
         """One line naming the shortfall: what the request needs, where, and what this machine has."""
         phase, value = self.peak(cost)
         where = "this GPU" if self.machine.world == 1 else f"rank 0 of {self.machine.world} GPUs"
-        return (f"a {cost.label} request needs {gib(value)} GiB at {phase} on {where} "
-                f"({gib(self.weights)} GiB weights, conditioner {self.placement}), but {gib(self.machine.usable)} "
-                f"GiB is usable ({gib(self.machine.device_bytes)} GiB less {gib(self.machine.reserve)} GiB "
+        merged = f", {gib(cost.undo)} GiB of {cost.tier}'s merged-LoRA undo records" if cost.undo else ""
+        which = f" ({cost.tier})" if cost.tier else ""
+        return (f"a {cost.label} request{which} needs {gib(value)} GiB at {phase} on {where} "
+                f"({gib(self.weights)} GiB weights, conditioner {self.placement}{merged}), "
+                f"but {gib(self.machine.usable)} GiB is usable ({gib(self.machine.device_bytes)} GiB less "
+                f"{gib(self.machine.reserve)} GiB "
                 f"reserve): {gib(self.shortfall(cost))} GiB short")
 
     def to_dict(self, costs: list[RequestCost] = ()) -> dict:
@@ -143,8 +153,10 @@ class MemoryPlan:
                         "world": self.machine.world, "usable_GiB": gib(self.machine.usable)},
             "weights_GiB_rank0": gib(self.weights),
             "tried_GiB_at_longest": {k: (gib(v) if isinstance(v, int) else v) for k, v in self.tried.items()},
-            "requests": {cost.label: {"rows": cost.rows, "peak_phase": self.peak(cost)[0],
+            "requests": {cost.label + (f" {cost.tier}" if cost.tier else ""): {
+                                      "rows": cost.rows, "peak_phase": self.peak(cost)[0],
                                       "peak_GiB": gib(self.peak(cost)[1]), "fits": self.fits(cost),
+                                      **({"merge_undo_GiB": gib(cost.undo)} if cost.undo else {}),
                                       **({"short_GiB": gib(self.shortfall(cost))} if not self.fits(cost) else {})}
                          for cost in costs},
             "figures": "computed (engine/footprint.py), not measured",

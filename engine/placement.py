@@ -5,7 +5,10 @@ and the guard that refuses a request before it starts.
 - `plan_for(root, machine)`: engine/memory.py's pure plan, fed with sizes and activations computed from the
   checkpoint's configs (engine/footprint.py), held for the longest request the model allows.
 - `MemoryGuard.check(request)`: raises `InsufficientMemory` naming `duration_seconds`, the shortfall and the
-  longest duration that fits, before any stage runs.
+  longest duration that fits, before any stage runs. A request of a tier that merges its LoRA per request also
+  needs the merge's undo records (engine/weight_undo.py) through its denoise: `merges` holds them per tier,
+  computed from the adapter's target weights (engine/footprint.py `merge_cost`), and the plan holds the longest
+  request of the tier that needs the most.
 - `apply_plan(components, plan)`: resident puts the conditioner on the GPU; offload keeps it in CPU memory and
   moves it onto the GPU only to encode; reload frees it after encoding and reads it from disk for the next prompt.
   Both hang off forward pre-hooks (on the conditioner: bring it; on the transformer: send it away), so the stages
@@ -15,7 +18,7 @@ and the guard that refuses a request before it starts.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -49,46 +52,82 @@ class MemoryGuard:
     plan: MemoryPlan
     root: Path
     geometry: object  # engine.layout.ModelGeometry
+    merges: dict = field(default_factory=dict)  # tier name -> engine.footprint.MergeCost (tiers merging a LoRA)
 
     def cost(self, duration_seconds: float, text_tokens: int, aspect_ratio: str = "16:9",
-             short_edge: int | None = None) -> RequestCost:
+             short_edge: int | None = None, tier: str | None = None) -> RequestCost:
         from engine.footprint import request_cost
 
-        return request_cost(self.root, self.geometry, duration_seconds, text_tokens, aspect_ratio, short_edge)
+        cost = request_cost(self.root, self.geometry, duration_seconds, text_tokens, aspect_ratio, short_edge)
+        return with_merge(cost, tier, self.merges.get(tier))
 
     def check(self, request, tokenizer) -> None:
         """Raise `InsufficientMemory` if `request` cannot be held; nothing has run yet when it is raised."""
         text_tokens = len(tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
-        cost = self.cost(request.duration_seconds, text_tokens, request.aspect_ratio, request.short_edge)
+        cost = self.cost(request.duration_seconds, text_tokens, request.aspect_ratio, request.short_edge,
+                         request.tier)
         if self.plan.fits(cost):
             return
-        longest = self.longest_fitting(text_tokens, request.aspect_ratio, request.short_edge)
+        longest = self.longest_fitting(text_tokens, request.aspect_ratio, request.short_edge, request.tier)
         hint = (f"; the longest that fits is {longest:g} s" if longest is not None
                 else "; no duration fits this machine at this size")
         raise InsufficientMemory("duration_seconds", self.plan.describe(cost) + hint, self.plan.shortfall(cost))
 
-    def longest_fitting(self, text_tokens: int, aspect_ratio: str, short_edge: int | None) -> float | None:
+    def longest_fitting(self, text_tokens: int, aspect_ratio: str, short_edge: int | None,
+                        tier: str | None = None) -> float | None:
         """The longest duration on a 0.125 s grid from 5 s that fits, or None."""
         best, seconds = None, 5.0
         while seconds <= LONGEST_SECONDS:
-            if not self.plan.fits(self.cost(seconds, text_tokens, aspect_ratio, short_edge)):
+            if not self.plan.fits(self.cost(seconds, text_tokens, aspect_ratio, short_edge, tier)):
                 break
             best, seconds = seconds, seconds + 0.125
         return best
 
     def to_dict(self) -> dict:
         costs = [self.cost(seconds, PLAN_TEXT_TOKENS) for seconds in (5.0, LONGEST_SECONDS)]
-        return self.plan.to_dict(costs)
+        costs += [self.cost(seconds, PLAN_TEXT_TOKENS, tier=name) for name in self.merges
+                  for seconds in (5.0, LONGEST_SECONDS)]
+        report = self.plan.to_dict(costs)
+        if self.merges:
+            report["lora_merge"] = {name: merge.to_dict() for name, merge in self.merges.items()}
+        return report
 
 
-def plan_for(root: str | Path, machine: Machine, geometry, fp8: bool = False) -> MemoryGuard:
+def with_merge(cost: RequestCost, tier: str | None, merge) -> RequestCost:
+    """`cost` plus a merged LoRA's undo records and workspace (`merge`: engine.footprint.MergeCost or None)."""
+    if merge is None:
+        return cost
+    return replace(cost, undo=merge.undo, merge_workspace=merge.workspace, tier=tier)
+
+
+def merge_costs(root: str | Path, tiers, dtype: torch.dtype = torch.bfloat16) -> dict:
+    """{tier name: MergeCost} for the tiers of `tiers` (engine.tiers.TierTable) that merge a LoRA per request,
+    from their adapter files' headers and the configs (no weight read)."""
+    from engine.footprint import _diffusers_on_meta, merge_cost
+
+    merging = {name: tier for name, tier in tiers.tiers.items() if tier.lora and tier.lora.merge}
+    if not merging:
+        return {}
+    transformer = _diffusers_on_meta("MiniMaxH3Transformer3DModel", Path(root) / "transformer")
+    return {name: merge_cost(root, tier.lora.resolved(), dtype, transformer) for name, tier in merging.items()}
+
+
+def plan_for(root: str | Path, machine: Machine, geometry, fp8: bool = False, tiers=None) -> MemoryGuard:
     """Plan the checkpoint at `root` (configs only) for `machine`, holding the longest request; `fp8`: the engine
-    keeps fp8 copies of the block linears (its tier table has fp8 tiers)."""
+    keeps fp8 copies of the block linears (its tier table has fp8 tiers); `tiers` (engine.tiers.TierTable, for a
+    single-process engine: sequence-parallel workers keep their LoRA on hooks): the tiers that merge a LoRA per
+    request add its undo records, and the longest request is held for the one that needs the most."""
     from engine.footprint import component_sizes, request_cost
 
     sizes = Sizes.of(component_sizes(root), fp8=fp8)
+    merges = merge_costs(root, tiers) if tiers is not None else {}
     longest = request_cost(root, geometry, LONGEST_SECONDS, PLAN_TEXT_TOKENS)
-    return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry)
+    allowed = {name: merge for name, merge in merges.items()
+               if tiers.get(name).min_duration <= LONGEST_SECONDS <= tiers.get(name).max_duration}
+    if allowed:
+        name = max(allowed, key=lambda n: allowed[n].undo + allowed[n].workspace)
+        longest = with_merge(longest, name, allowed[name])
+    return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry, merges)
 
 
 def apply_plan(components, plan: MemoryPlan | None) -> list:
@@ -149,7 +188,7 @@ REFERENCE_MACHINES = {"1xH200": Machine(143_771 * 2**20, 1, name="1xH200"),
                       "4x80GB": Machine(81_559 * 2**20, 4, name="4xH100 80GB")}
 
 
-def memory_report(root: str | Path, geometry, here: Machine | None, fp8: bool = False) -> dict:
+def memory_report(root: str | Path, geometry, here: Machine | None, fp8: bool = False, tiers=None) -> dict:
     """`python -m engine info`'s memory section: sizes, the two requests' computed costs, and the plan for this
     machine (if it has a GPU) and for each reference machine. Configs only: no weight is read."""
     from engine.footprint import component_sizes
@@ -158,7 +197,8 @@ def memory_report(root: str | Path, geometry, here: Machine | None, fp8: bool = 
     machines = ({"this machine": here} if here is not None else {}) | REFERENCE_MACHINES
     report = {"sizes_GiB": sizes.to_dict(), "plans": {}}
     for label, machine in machines.items():
-        report["plans"][label] = plan_for(root, machine, geometry, fp8 and machine.world == 1).to_dict()
+        one = machine.world == 1  # the single-process engine: fp8 copies and per-request LoRA merges
+        report["plans"][label] = plan_for(root, machine, geometry, fp8 and one, tiers if one else None).to_dict()
     report["fp8_copies_held"] = fp8  # single-GPU engines with fp8 tiers keep e4m3 copies of the block linears
     longest = plan_for(root, next(iter(machines.values())), geometry)
     costs = [longest.cost(seconds, PLAN_TEXT_TOKENS) for seconds in (5.0, LONGEST_SECONDS)]

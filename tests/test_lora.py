@@ -388,10 +388,10 @@ def test_set_scale_is_linear_in_the_update():
 def test_bf16_merge_skipped_when_rounding_loses_the_update(tmp_path):
     """SGLang's rule: a layer whose bf16 merge would lose > half the update stays unmerged (on its hook)."""
     model = nn.Sequential(nn.Linear(8, 8, bias=False)).to(torch.bfloat16)
-    a, b = torch.randn(2, 8), torch.randn(8, 2)
+    a, b = torch.randn(2, 8) * 0.1, torch.randn(8, 2) * 0.1  # an update of a few ulps of a weight near 1
     for big, expect_merged in ((1e4, 0), (1.0, 1)):
-        with torch.no_grad():
-            model[0].weight.fill_(big)
+        with torch.no_grad():  # not exactly a power of two: the undo's recomputation is exact away from one
+            model[0].weight.copy_(big * (1.125 + 0.25 * torch.rand(8, 8)))
         path = save(tmp_path, f"m{big}.safetensors", {"0.lora_A.weight": a, "0.lora_B.weight": b})
         adapter = load_lora(path, model)
         original = model[0].weight.clone()
