@@ -185,3 +185,22 @@ def test_the_nano_engine_runs_and_records_its_tile(nano_components):
             for name in ("model-tile", "tile-16", "tile-64")}
     assert torch.equal(rows["model-tile"], rows["tile-16"])
     assert (rows["tile-64"] - rows["tile-16"]).abs().max() > 1e-4
+
+
+def test_the_sparse_probe_measures_the_mass_the_rule_keeps():
+    """train/sparse_probe: uniform attention keeps the keep ratio of the video mass; attention that stays in the
+    query's own tile is kept whole, and the rule then keeps the own tile."""
+    from train.sparse_probe import _block_stats
+
+    sink, tiles, D = 8, 4, 8
+    order = torch.arange(16 * tiles)
+    flat = _block_stats(torch.zeros(1, sink + 16 * tiles, 2, D), torch.randn(1, sink + 16 * tiles, 2, D), sink,
+                        order, 16, 0.25)
+    assert flat["sink_mass"] == pytest.approx(8 / 72) and flat["kept_tiles"] == 1
+    assert flat["kept_video_mass"] == pytest.approx(16 / 72) == flat["uniform_video_mass"]
+    local = torch.zeros(1, sink + 16 * tiles, 2, D)
+    for tile in range(tiles):
+        local[0, sink + 16 * tile: sink + 16 * (tile + 1), :, tile] = 6.0
+    sharp = _block_stats(local, local, sink, order, 16, 0.25)
+    assert sharp["own_tile_kept"] == 1.0 and sharp["kept_video_mass"] == pytest.approx(sharp["oracle_video_mass"])
+    assert sharp["kept_video_mass"] > 0.95 * sharp["video_mass"] > 0.9

@@ -270,8 +270,12 @@ def sparse_geometry(engine, tier: str) -> dict:
             "dense_first_blocks": sparse.dense_first_blocks}
 
 
-def check_ghost(clips: Clips, count: int, ghost_tile: int = 0, strips: Path | None = None) -> dict:
+def check_ghost(clips: Clips, count: int, ghost_tile: int = 0, strips: Path | None = None,
+                attention_prompts: int = 1) -> dict:
+    """Ghost counts for the aggressive setting and sol, with the drift evidence per clip, and (on the first
+    `attention_prompts` prompts) how much of the dense attention the tile rule keeps (train/sparse_probe.py)."""
     from studio.quality import ClipData, compare_clips
+    from train.sparse_probe import attention_mass_kept
 
     tiers = {"aggressive": "v-ghost", "sol": "v-sol" if ghost_tile else "sol"}
     rows, flagged = [], dict.fromkeys(tiers, 0)
@@ -300,9 +304,12 @@ def check_ghost(clips: Clips, count: int, ghost_tile: int = 0, strips: Path | No
                         "median_subject_offset_px": float(np.nanmedian(offsets)),
                         "mean_ssim": float(np.mean([r[key]["ssim"] for r in rows]))}
     engine = clips.engine
+    tiles = tuple(dict.fromkeys([engine.components.geometry.sparse_tile, ghost_tile or 16, 64]))
+    attention = [attention_mass_kept(engine, prompt, tiles)
+                 for _, prompt in held_out_prompts(count)[:attention_prompts]]
     return {"aggressive_flagged": f"{flagged['aggressive']}/{count}", "sol_flagged": f"{flagged['sol']}/{count}",
             "tiers": tiers, "geometry": {k: sparse_geometry(engine, t) for k, t in tiers.items()},
-            "summary": summary, "per_prompt": rows,
+            "summary": summary, "attention_mass_kept": attention, "per_prompt": rows,
             "pass": flagged["aggressive"] >= 6 and flagged["sol"] < flagged["aggressive"]}
 
 
@@ -338,6 +345,8 @@ def main() -> None:
     parser.add_argument("--ghost-tile", type=int, default=0,
                         help="sparse tile rows for the ghost check's tiers (0: the model's own, h3_studio.json)")
     parser.add_argument("--ghost-strips", type=Path, default=None, help="write a PNG strip per ghost prompt here")
+    parser.add_argument("--attention-prompts", type=int, default=1,
+                        help="ghost check: measure the attention mass sparse attention keeps on this many prompts")
     parser.add_argument("--checks", default="steering,turbo,audio,ghost,bench")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
@@ -352,7 +361,8 @@ def main() -> None:
     clips = Clips(engine)
     checks = {"bench": lambda: benchmark(engine), "steering": lambda: check_steering(clips, args.prompts),
               "turbo": lambda: check_turbo(clips, args.prompts), "audio": lambda: check_audio(clips, args.prompts),
-              "ghost": lambda: check_ghost(clips, args.ghost_prompts, args.ghost_tile, args.ghost_strips)}
+              "ghost": lambda: check_ghost(clips, args.ghost_prompts, args.ghost_tile, args.ghost_strips,
+                                           args.attention_prompts)}
     for name in args.checks.split(","):
         start = time.time()
         try:
