@@ -1,8 +1,10 @@
-"""Export approved pairs as one zip: the MP4s, manifest.json, SHA256SUMS and README.txt.
+"""Export approved pairs as one zip: the MP4s, the conditioning inputs of fl2va/ref2va pairs, manifest.json,
+SHA256SUMS and README.txt.
 
 The zip is written to a temp file in ``out_dir``, fsynced, then renamed into place, so a reader never sees
 a half-written export and a failure leaves no file behind. Clip bytes are re-hashed while they are copied:
-an export never ships a clip whose bytes differ from the sha256 the manifest promises.
+an export never ships a clip whose bytes differ from the sha256 the manifest promises. Keyframes and reference
+images travel as ``inputs/<sha256>.<ext>`` (once however many pairs use them), verified the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from db.errors import ClipIntegrityError, ClipMissing, NotFound, StoreError
 from db.files import atomic_writer, clip_relpath, read_only_reported
+from db.inputs import EXTENSIONS, InputFiles
 from db.keys import sha256_hex
 from db.records import ClipRecord, PairRecord, VerdictRecord
 from db.store import Store
@@ -64,12 +67,15 @@ def export_pairs(store: Store, pair_ids: list[str] | None, out_dir: Path) -> Pat
     with read_only_reported():
         out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / _zip_name(entries, exported_at)
+    inputs = _input_files(store, entries)  # before the zip is opened: a missing input exports nothing
     with atomic_writer(path) as handle, zipfile.ZipFile(handle, "w") as archive:
         for entry in entries:
             for clip_entry in entry.clips:
                 _copy_verified(archive, clip_entry, exported_at)
+        for arcname, (source, sha) in inputs.items():
+            _copy_input(archive, arcname, source, sha, exported_at)
         _write_text(archive, "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", exported_at)
-        _write_text(archive, "SHA256SUMS", _sha256sums(entries), exported_at)
+        _write_text(archive, "SHA256SUMS", _sha256sums(entries, inputs), exported_at)
         _write_text(archive, "README.txt", _readme(manifest), exported_at)
     _prune(out_dir, keep=path)
     return path
@@ -183,10 +189,35 @@ def _pair_manifest(entry: _PairEntry) -> dict[str, Any]:
 
 
 def _pair_inputs(entry: _PairEntry) -> dict[str, Any]:
-    """The pair's task and its conditioning inputs by field (sha256, size, format; the files are in the studio's
-    data dir under inputs/), as its candidate's request recorded them; t2va pairs: task only."""
+    """The pair's task and its conditioning inputs by field (sha256, size, format, and `file`: where the image is
+    in the zip), as its candidate's request recorded them; t2va pairs: task only (and no inputs)."""
     request = next(clip.video for clip in entry.clips if clip.role == "candidate").get("request") or {}
-    return {"task": request.get("task", "t2va"), "inputs": request.get("inputs", {})}
+    described = request.get("inputs", {})
+    with_files = {field: ([{**item, "file": _input_arcname(item)} for item in value] if isinstance(value, list)
+                          else {**value, "file": _input_arcname(value)})
+                  for field, value in described.items()}
+    return {"task": request.get("task", "t2va"), "inputs": with_files}
+
+
+def _input_arcname(described: dict[str, Any]) -> str:
+    return f"inputs/{described['sha256']}.{EXTENSIONS.get(described.get('format'), 'bin')}"
+
+
+def _input_files(store: Store, entries: list[_PairEntry]) -> dict[str, tuple[Path, str]]:
+    """{zip name: (stored file, sha256)} of every pair's conditioning inputs, each once. A missing or altered
+    input stops the export (ClipMissing / ClipIntegrityError naming it), before anything is written."""
+    files, found = InputFiles(store.data_dir), {}
+    for entry in entries:
+        for field, value in _pair_inputs(entry)["inputs"].items():
+            for item in value if isinstance(value, list) else [value]:
+                if item["file"] in found:
+                    continue
+                try:
+                    found[item["file"]] = (files.path(item["sha256"]), item["sha256"])
+                except NotFound:
+                    raise ClipMissing(f"the {field} input {item['sha256']} of pair {entry.pair.id} is missing from "
+                                      "the data dir (inputs/); nothing was exported") from None
+    return found
 
 
 def _manifest_metrics(stored: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -217,9 +248,10 @@ def _manifest(store: Store, entries: list[_PairEntry], exported_at: datetime) ->
     }
 
 
-def _sha256sums(entries: list[_PairEntry]) -> str:
-    """``sha256sum -c`` format: '<hex>  <path>' per clip."""
-    return "".join(f"{c.clip.sha256}  {c.arcname}\n" for e in entries for c in e.clips)
+def _sha256sums(entries: list[_PairEntry], inputs: dict[str, tuple[Path, str]]) -> str:
+    """``sha256sum -c`` format: '<hex>  <path>' per clip and per input image."""
+    return ("".join(f"{c.clip.sha256}  {c.arcname}\n" for e in entries for c in e.clips)
+            + "".join(f"{sha}  {arcname}\n" for arcname, (_, sha) in inputs.items()))
 
 
 def _readme(manifest: dict[str, Any]) -> str:
@@ -234,10 +266,11 @@ Contents
 --------
 pairs/NN_<prompt>_seed<seed>_<tier>/baseline.mp4         the baseline clip (same prompt and seed)
 pairs/NN_<prompt>_seed<seed>_<tier>/candidate_<tier>.mp4 the accelerated clip that was reviewed
+inputs/<sha256>.<png|jpg|webp>  keyframes and reference images of fl2va/ref2va pairs (manifest: pairs[].inputs)
 manifest.json  per pair: prompt, seed, model id, tier configuration, target, quality metrics, every
                reviewer verdict, and per clip its sha256, size, stage timings (from the clip's sidecar)
                and the full sidecar; plus the approval rule and the configurations' tallies.
-SHA256SUMS     the sha256 of every MP4, in the format of `sha256sum`.
+SHA256SUMS     the sha256 of every MP4 and input image, in the format of `sha256sum`.
 README.txt     this file.
 
 Approval rule: a configuration is approved once it has accepts on at least
@@ -296,3 +329,11 @@ def _copy_verified(archive: zipfile.ZipFile, entry: _ClipEntry, exported_at: dat
     if digest.hexdigest() != entry.clip.sha256:
         raise ClipIntegrityError(f"the file of clip {entry.clip.sha256} ({clip_relpath(entry.clip.sha256)}) no "
                                  "longer matches its sha256; refusing to export it")
+
+
+def _copy_input(archive: zipfile.ZipFile, arcname: str, source: Path, sha: str, exported_at: datetime) -> None:
+    """An input image into the zip (stored: already compressed), its bytes hashed again as they are read."""
+    data = source.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise ClipIntegrityError(f"input {sha} ({arcname}) no longer matches its sha256; refusing to export it")
+    archive.writestr(_zip_info(arcname, exported_at, zipfile.ZIP_STORED), data)
