@@ -105,13 +105,25 @@ def _require_int(name: str, value, low: int, high: int) -> int:
     return value
 
 
+# Unicode's Default_Ignorable_Code_Point ranges outside category Cf (DerivedCoreProperties.txt): characters a renderer
+# shows as nothing, e.g. the combining grapheme joiner, variation selectors and the Hangul fillers.
+_IGNORABLE_RANGES = ((0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+                     (0x2800, 0x2800))  # and the blank braille pattern, which renders as a space
+
+
+def _ignorable(ch: str) -> bool:
+    code = ord(ch)
+    return any(low <= code <= high for low, high in _IGNORABLE_RANGES)
+
+
 def _validate_prompt(value) -> str:
     if not isinstance(value, str) or not value.strip():
         raise RequestError("prompt", "must be a non-empty string")
     control = next((ch for ch in value if unicodedata.category(ch) == "Cc" and ch not in "\t\n\r"), None)
     if control is not None:
         raise RequestError("prompt", f"must not contain control characters, got U+{ord(control):04X}")
-    if all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in value):
+    if all(ch.isspace() or unicodedata.category(ch) == "Cf" or _ignorable(ch) for ch in value):
         raise RequestError("prompt", "must contain visible text, not only zero-width or formatting characters")
     if len(value) > MAX_PROMPT_CHARS:
         raise RequestError("prompt", f"must be at most {MAX_PROMPT_CHARS} characters, got {len(value)}")

@@ -41,6 +41,7 @@ from studio.campaigns import CampaignRunner
 from studio.export import export_pairs
 from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
 from studio.pairs import BASELINE_TIER, QUALITY_UNAVAILABLE, PairFlow, plan_pair
+from studio.public_text import hide_paths
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
 from studio.review import updated_rule
 from studio.roles import OPEN, Actor
@@ -203,7 +204,7 @@ class StudioService:
     def engine(self) -> ModelEngine:
         """The loaded engine; ServiceUnavailable while it loads."""
         if self._engine is None:
-            raise ServiceUnavailable(self._load_error and f"the engine failed to load: {self._load_error}"
+            raise ServiceUnavailable(self._load_error and f"the engine failed to load: {hide_paths(self._load_error)}"
                                      or "the engine is still loading; retry in a few seconds")
         return self._engine
 
@@ -248,7 +249,7 @@ class StudioService:
         """{"status": "ok" | "loading" | "error", ...}: the model, its id and the queue once loaded."""
         if self._engine is None:
             if self._load_error:
-                return {"status": "error", "error": self._load_error}
+                return {"status": "error", "error": hide_paths(self._load_error)}
             if not self._loading:
                 return {"status": "unavailable", "error": "no engine attached to this service"}
             return {"status": "loading"}
@@ -287,7 +288,8 @@ class StudioService:
         engine = self.engine
         if duration is not None:
             duration = validate_duration(duration, engine.limits, "duration")
-        rows = engine.tiers.describe(duration, model_untrained=engine.untrained)
+        rows = [{**row, "reason": hide_paths(row.get("reason"))} if row.get("reason") else row
+                for row in engine.tiers.describe(duration, model_untrained=engine.untrained)]
         if self.remotes is None:
             return rows
         remote_rows = self.remotes.tier_rows()  # a tier served by remotes is served by them, not in-process

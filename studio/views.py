@@ -15,6 +15,7 @@ from typing import Any
 from db import ClipRecord, PairRecord, VerdictRecord, VideoRecord
 from db.records import TERMINAL_STATUSES
 from studio.jobs import JobQueue
+from studio.public_text import hide_paths
 from studio.quality.summary import QualitySummary
 from studio.review import baseline_steps, speedup_caveat
 
@@ -114,7 +115,7 @@ def video_view(record: VideoRecord, clip: ClipRecord | None, queues: list[JobQue
         prompt=request.get("prompt", ""), seed=request.get("seed"),
         width=clip.width if clip else request.get("width"), height=clip.height if clip else request.get("height"),
         seconds=clip.duration_seconds if clip else request.get("seconds"),
-        created_at=record.created_at, completed_at=record.completed_at, error=record.error,
+        created_at=record.created_at, completed_at=record.completed_at, error=hide_paths(record.error),
         inference_time_s=record.inference_time_s, peak_memory_mb=record.peak_memory_mb,
         queue_position=holder.position(record.id) if holder else None,
         clip_sha=record.clip_sha, clip_path=clip.path if clip else None,
@@ -135,14 +136,14 @@ def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView
         id=pair.id, status=pair.status, prompt=pair.prompt, seed=pair.seed, tier=pair.tier_name,
         tier_config=pair.tier_config, target=pair.target, model_id=pair.model_id,
         configuration_key=pair.configuration_key, created_at=pair.created_at, updated_at=pair.updated_at,
-        error=pair.error, baseline=baseline, candidate=candidate,
+        error=hide_paths(pair.error), baseline=baseline, candidate=candidate,
         baseline_reused=bool(baseline and baseline.reused_clip),
         speedup=_ratio(baseline and baseline.inference_time_s, candidate and candidate.inference_time_s),
         denoise_speedup=_ratio(baseline and baseline.timings.get("denoise"),
                                candidate and candidate.timings.get("denoise")),
         cost_usd={"baseline": clip_cost_usd(baseline and baseline.inference_time_s, pod_rate_usd_per_hour),
                   "candidate": clip_cost_usd(candidate and candidate.inference_time_s, pod_rate_usd_per_hour)},
-        metrics=summary, metrics_status=status, metrics_message=message,
+        metrics=summary, metrics_status=status, metrics_message=hide_paths(message),
         verdicts=[v.as_dict() for v in verdicts],
         baseline_steps=baseline_steps(pair.tier_config, baseline), speedup_caveat=speedup_caveat(baseline),
     )
