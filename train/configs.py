@@ -61,3 +61,10 @@ AUDIO_VAE = dict(
 )
 
 SEED = 20261202
+
+
+def set_video_latent_channels(channels: int) -> None:
+    """Run 5 widened the video latent (train/widen.py): the VAE's latent channels and the transformer's video input
+    change together. Called by train_nano (--video-latent-channels) and export_nano (from the run's log)."""
+    VIDEO_VAE.update(latent_channels=channels, latents_mean=(0.0,) * channels, latents_std=(1.0,) * channels)
+    TRANSFORMER.update(in_channels=channels)

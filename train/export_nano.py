@@ -40,6 +40,7 @@ def export(checkpoints: Path, out: Path, lora_out: Path | None = None, text: Pat
     from train import configs
 
     log = json.loads((checkpoints / "train_log.json").read_text())["phases"]
+    configs.set_video_latent_channels(len(log["video_vae"]["latents_mean"]))
     video_cfg = dict(configs.VIDEO_VAE, latents_mean=tuple(log["video_vae"]["latents_mean"]),
                      latents_std=tuple(log["video_vae"]["latents_std"]))
     audio_cfg = dict(configs.AUDIO_VAE, latents_mean=log["audio_vae"]["latents_mean"],

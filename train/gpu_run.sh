@@ -8,11 +8,17 @@
 #   stage 4: the video decoder alone learns sharper shapes (encoder frozen: the transformer's latents stay valid), in
 #            a second process beside a new audio VAE (latent head against collapse) and the transformer continuing
 #            on the new audio latents.
-#   stage 5: the transformer continues, then new turbo LoRAs and the live checks.
-# Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/nano_train and CK (default
-# out/run3; out/run4 for stages 4 and 5).
+# Run 5 (TRAINING.md §5c) starts from run 4's transformer and run 3's video VAE (CK=out/run5in):
+#   stage 5: the video latent widened 8 → 16 channels (train/widen.py) and the VAE trained on with the edge loss;
+#            beside it an audio VAE in two steps (encoder and decoder with a latent head, a low encoder rate and a
+#            DC penalty; then the decoder alone); then the widened transformer continues on the new latents.
+#   stage 6: the transformer continues; beside it the audio decoder continues (the encoder, so the latents, fixed).
+#   stage 7: the transformer, then new turbo LoRAs and the live checks; the audio decoder continues beside them.
+# Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
+# out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and audio/, for 6 and 7).
 set -euo pipefail
 stage=$1; shift
+[ -f data/nano_train/layouts.pt ] || { mkdir -p data/nano_train; gunzip -c data/layouts.pt.gz > data/nano_train/layouts.pt; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 : "${OUT:?OUT must name the folder that comes back}"
@@ -53,8 +59,34 @@ case $stage in
     rm -f "$OUT/video_vae.safetensors"  # the carried (frozen-encoder) copy; the fine-tuned one is in $OUT/vae
     cp "$OUT/vae/video_vae.safetensors" /tmp/ck/ 2>/dev/null || true ;;
   5)
-    python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --budget 565 \
-      --audio-weight 1.0 --dit-lr 3e-4 --dit-seconds 600 --reserve-after-dit 300 \
-      --lora-seconds 80 --reserve-final 95 --check-seconds 85 "$@" 2>&1 | tee "$OUT/stdout.log"
-    rm -f "$OUT/video_vae.safetensors" "$OUT/audio_vae.safetensors" ;;
+    audio=(--phases audio_vae --audio-batch 32 --audio-lr 2e-3 --audio-l1 0.1 --audio-deterministic --reserve-after-audio 0)
+    ( python3 -m train.train_nano --out /tmp/a1 "${audio[@]}" --audio-enc-lr 1e-4 --audio-probe 4 --audio-dc 1 \
+        --audio-kl-after 1000000000 --audio-seconds 170 --budget 175 > /tmp/a1.log 2>&1
+      python3 -m train.train_nano --out /tmp/a2 --resume /tmp/a1 --continue-phases audio_vae "${audio[@]}" \
+        --audio-decoder-only --audio-seconds 330 --budget 335 > /tmp/a2.log 2>&1 ) &
+    python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --continue-phases video_vae --phases video_vae,dit \
+      --video-latent-channels 16 --edge-weight 8 --vae-batch 24 --vae-lr 1e-3 --vae-seconds 300 --reserve-after-vae 200 \
+      --audio-from /tmp/a1 --wait-audio 150 --audio-weight 1.0 --dit-lr 5e-4 --dit-seconds 600 --reserve-after-dit 30 \
+      --budget 545 "$@" 2>&1 | tee "$OUT/stdout.log"
+    wait
+    rm -f "$OUT/preview.npz"
+    tar cf "$OUT/audio.tar" -C /tmp a1 a2 a1.log a2.log ;;
+  6|7)
+    # The audio decoder continues from the newest checkpoint here (a warm machine) or the carried one.
+    from=$(ls -d /tmp/a[0-9] 2>/dev/null | sort | tail -1); from=${from:-$CK/audio}
+    next=/tmp/a$stage; seconds=$([ "$stage" = 6 ] && echo 530 || echo 390)
+    python3 -m train.train_nano --out "$next" --resume "$from" --continue-phases audio_vae --phases audio_vae \
+      --audio-decoder-only --audio-batch 32 --audio-lr 1e-3 --audio-l1 0.1 --audio-deterministic \
+      --reserve-after-audio 0 --audio-seconds "$seconds" --budget "$((seconds + 5))" > "$next.log" 2>&1 &
+    if [ "$stage" = 6 ]; then
+      python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit --audio-weight 1.0 --dit-lr 4e-4 \
+        --dit-seconds 600 --reserve-after-dit 30 --budget 550 "$@" 2>&1 | tee "$OUT/stdout.log"
+    else
+      python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-weight 1.0 --dit-lr 3e-4 \
+        --dit-seconds 600 --reserve-after-dit 235 --lora-seconds 80 --reserve-final 50 --check-seconds 45 \
+        --budget 410 "$@" 2>&1 | tee "$OUT/stdout.log"
+    fi
+    wait
+    rm -f "$OUT/preview.npz"
+    tar cf "$OUT/audio.tar" -C /tmp "a$stage" "a$stage.log" ;;
 esac

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import sys
 import time
@@ -37,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from train import configs  # noqa: E402
-from train.audio_probe import AUDIO_TARGETS, audio_probe_loss, audio_targets, pitch_correlation  # noqa: E402
+from train.audio_vae import audio_from, train_audio_vae  # noqa: E402
 from train.dataset import (  # noqa: E402
     BACKGROUNDS,
     COLOURS,
@@ -63,107 +62,20 @@ from train.flow import (  # noqa: E402
     patchify,
     shift_sigma,
 )
-from train.losses import edge_ring, shape_colour_error, stft_loss  # noqa: E402
-
-PIXEL_MEAN = (0.485, 0.456, 0.406)
-PIXEL_STD = (0.229, 0.224, 0.225)
-PHASES = ("video_vae", "audio_vae", "dit", "lora")
-FILES = {"video_vae": "video_vae.safetensors", "audio_vae": "audio_vae.safetensors",
-         "dit": "transformer.safetensors", "lora9": "lora9.safetensors", "lora5": "lora5.safetensors"}
-
-
-class Run:
-    """Shared state: device, deadlines, the log and the output folder."""
-
-    def __init__(self, args):
-        self.args = args
-        self.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.cuda = self.device.type == "cuda"
-        self.start = time.time()
-        self.out = Path(args.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.log = {"args": vars(args), "device": str(self.device), "phases": {}}
-        if self.cuda:
-            self.log["gpu"] = torch.cuda.get_device_name()
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-
-    def elapsed(self) -> float:
-        return time.time() - self.start
-
-    def phase_deadline(self, seconds: float, reserve: float) -> float:
-        """Wall time at which a phase must stop: its own share, and never eat into what later phases reserve."""
-        return min(time.time() + seconds, self.start + self.args.budget - reserve)
-
-    def autocast(self):
-        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.cuda)
-
-    def save_log(self) -> None:
-        self.log["elapsed_s"] = round(self.elapsed(), 1)
-        (self.out / "train_log.json").write_text(json.dumps(self.log, indent=1))
-        self.mirror("train_log.json")
-
-    def mirror(self, name: str) -> None:
-        """Copy a finished file to --mirror too: a folder that outlives the command on a warm machine, so a run
-        killed at its time limit can still be resumed by the next call (files after the kill never reach $OUT)."""
-        if self.args.mirror:
-            import shutil
-
-            Path(self.args.mirror).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(self.out / name, Path(self.args.mirror) / name)
-
-    def note(self, phase: str, **values) -> None:
-        self.log["phases"].setdefault(phase, {}).update(values)
-        print(f"[{self.elapsed():6.1f}s] {phase}: " + ", ".join(f"{k}={v}" for k, v in values.items()
-                                                              if not isinstance(v, (list, dict))), flush=True)
-        self.save_log()
-
-
-def seed_all(seed: int) -> None:
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-
-
-def save_weights(module: torch.nn.Module, path: Path, dtype=torch.float16) -> None:
-    from safetensors.torch import save_file
-
-    state = {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
-             for k, v in module.state_dict().items()}
-    save_file(state, str(path))
-
-
-def load_weights(module: torch.nn.Module, path: Path) -> None:
-    from safetensors.torch import load_file
-
-    state = load_file(str(path))
-    module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
-
-
-def to_vae_space(video: torch.Tensor) -> torch.Tensor:
-    """(B, T, H, W, 3) in [0, 1] → (B, 3, T, H, W) ImageNet-normalised, the VAE's pixel convention."""
-    mean = torch.tensor(PIXEL_MEAN, device=video.device)
-    std = torch.tensor(PIXEL_STD, device=video.device)
-    return ((video - mean) / std).permute(0, 4, 1, 2, 3)
-
-
-def from_vae_space(x: torch.Tensor, clamp: bool = True) -> torch.Tensor:
-    """Decoder output → (B, T, H, W, 3) in [0, 1], as the engine's decode_video does (unclamped for losses)."""
-    mean = torch.tensor(PIXEL_MEAN, device=x.device).view(1, 3, 1, 1, 1)
-    std = torch.tensor(PIXEL_STD, device=x.device).view(1, 3, 1, 1, 1)
-    rgb = x.float() * std + mean
-    return (rgb.clamp(0, 1) if clamp else rgb).permute(0, 2, 3, 4, 1)
-
-
-def gaussian_kl(mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
-    return 0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar).mean()
-
-
-def cosine_lr(step: int, warmup: int, progress: float, base: float) -> float:
-    """Linear warm-up, then cosine decay to 10% following the wall-clock progress of the phase."""
-    if step < warmup:
-        return base * (step + 1) / warmup
-    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
-
+from train.losses import edge_ring, shape_colour_error  # noqa: E402
+from train.run import (  # noqa: E402
+    FILES,
+    PHASES,
+    Run,
+    cosine_lr,
+    from_vae_space,
+    gaussian_kl,
+    load_weights,
+    save_weights,
+    seed_all,
+    to_vae_space,
+)
+from train.widen import widen_transformer, widen_video_vae  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------------
 # Phase 1: video VAE
@@ -180,7 +92,7 @@ def train_video_vae(run: Run, init: Path | None = None, stats: dict | None = Non
     seed_all(configs.SEED + 1)
     vae = AutoencoderKLMiniMaxH3(**configs.VIDEO_VAE)
     if init is not None:
-        load_weights(vae, init)
+        load_weights(vae, init, widen_video_vae)
     vae = vae.to(run.device).train()
     vae.use_tiling = False  # 224x128 is below the 256 tile anyway; keep the graph simple
     if args.vae_decoder_only:
@@ -264,72 +176,6 @@ def latent_stats(run: Run, vae) -> tuple[list[float], list[float]]:
     specs = sample_specs(configs.SEED + 2, 16 if run.cuda else 2, "train")
     z = vae.encode(to_vae_space(render_video(specs, device=run.device))).latent_dist.mode().float()
     return z.mean(dim=(0, 2, 3, 4)).tolist(), z.std(dim=(0, 2, 3, 4)).clamp_min(1e-3).tolist()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Phase 2: audio VAE
-
-
-def train_audio_vae(run: Run, init: Path | None = None) -> torch.nn.Module:
-    """Train (or, from `init`, continue training) the audio VAE until its deadline."""
-    from diffusers import AutoencoderKLMiniMaxH3Audio
-
-    args = run.args
-    seed_all(configs.SEED + 3)
-    vae = AutoencoderKLMiniMaxH3Audio(**configs.AUDIO_VAE)
-    if init is not None:
-        load_weights(vae, init)
-    vae = vae.to(run.device).train()
-    # A 1x1 head reads pitch, loudness, click and timbre from the posterior mean. Runs 1 and 3 collapsed (the latent
-    # barely varied over time); the head makes the latent carry what the transformer must steer.
-    head = torch.nn.Conv1d(configs.AUDIO_VAE["latent_channels"], len(AUDIO_TARGETS), 1).to(run.device)
-    optimizer = torch.optim.AdamW([*vae.parameters(), *head.parameters()], lr=args.audio_lr, weight_decay=0.0,
-                                  betas=(0.8, 0.99))
-    rng = np.random.default_rng(configs.SEED + 3)
-    generator = torch.Generator(run.device).manual_seed(configs.SEED + 3)
-    hop = math.prod(configs.AUDIO_VAE["encoder_rates"])
-    crop = 48 * hop  # 1.2 s
-    begin = time.time()
-    deadline = run.phase_deadline(args.audio_seconds, reserve=args.reserve_after_audio)
-    losses, step = [], 0
-    while time.time() < deadline and step < args.max_steps:
-        specs = sample_specs(int(rng.integers(2**31)), args.audio_batch, "train")
-        audio = render_audio(specs, run.device)  # (B, 2, N)
-        first = int(rng.integers(0, (NUM_SAMPLES - crop) // hop + 1)) * hop
-        x = audio[:, :, first:first + crop].reshape(-1, 1, crop)
-        for group in optimizer.param_groups:
-            group["lr"] = cosine_lr(step, 50, (time.time() - begin) / max(deadline - begin, 1), args.audio_lr)
-        posterior = vae.encode(x).latent_dist
-        z = posterior.mean
-        if not args.audio_deterministic:
-            z = z + posterior.std * torch.randn(posterior.mean.shape, device=run.device, generator=generator)
-        recon = vae.decode(z).sample
-        loss_rec = args.audio_l1 * (recon - x).abs().mean() + stft_loss(recon, x)
-        loss_probe = audio_probe_loss(head(posterior.mean), audio_targets(specs, first, crop, hop, run.device))
-        kl = args.audio_kl if step >= args.audio_kl_after else 0.0
-        loss = loss_rec + args.audio_probe * loss_probe + kl * gaussian_kl(posterior.mean, 2 * posterior.logs)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        optimizer.step()
-        if step % 25 == 0:
-            losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_probe.item()])
-        step += 1
-    vae.eval()
-    with torch.no_grad():
-        specs = sample_specs(configs.SEED + 4, 8 if run.cuda else 1, "train")
-        z = vae.encode(render_audio(specs, run.device).reshape(-1, 1, NUM_SAMPLES)).latent_dist.mode()
-        recon = vae.decode(z).sample
-    mean, std = z.mean(dim=(0, 2)).tolist(), z.std(dim=(0, 2)).clamp_min(1e-3).tolist()
-    vae.register_to_config(latents_mean=mean, latents_std=std)
-    save_weights(vae, run.out / FILES["audio_vae"], dtype=torch.float32)
-    run.mirror(FILES["audio_vae"])
-    run.note("audio_vae", steps=step, seconds=round(time.time() - begin, 1),
-             final_loss=losses[-1][2] if losses else None, losses=losses, latents_mean=mean, latents_std=std,
-             latent_time_std=round(z.std(dim=2).mean().item(), 4),  # run 3's collapsed encoder: 0.0036
-             recon_rms=round(recon.pow(2).mean().sqrt().item(), 4),
-             recon_pitch_r=round(pitch_correlation(recon, specs), 3))
-    return vae
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -656,9 +502,20 @@ def parse_args(argv=None):
     p.add_argument("--edge-radius", type=int, default=8, help="px around the shape that --edge-weight covers")
     p.add_argument("--vae-decoder-only", action="store_true",
                    help="train only the video decoder: latents (and the transformer trained on them) stay valid")
+    p.add_argument("--video-latent-channels", type=int, default=None,
+                   help="widen the video latent to N channels (train/widen.py); default: the resumed run's count")
     p.add_argument("--audio-seconds", type=float, default=20)
     p.add_argument("--audio-batch", type=int, default=16)
     p.add_argument("--audio-lr", type=float, default=2e-3)
+    p.add_argument("--audio-enc-lr", type=float, default=None, help="encoder-side rate (default: --audio-lr)")
+    p.add_argument("--audio-dc", type=float, default=0.0,
+                   help="penalty on the encoder trunk's constant (time-mean) output, against run 4's collapse")
+    p.add_argument("--audio-decoder-only", action="store_true",
+                   help="train only the audio decoder: latents (and the transformer trained on them) stay valid")
+    p.add_argument("--audio-from", default=None,
+                   help="take the audio VAE from this folder (an audio-only train_nano beside this one) when its "
+                        "log says done, waiting up to --wait-audio seconds")
+    p.add_argument("--wait-audio", type=float, default=0.0)
     p.add_argument("--audio-kl", type=float, default=1e-6)
     p.add_argument("--audio-kl-after", type=int, default=0, help="audio VAE steps before the KL term starts")
     p.add_argument("--audio-deterministic", action="store_true",
@@ -702,7 +559,7 @@ def main(argv=None) -> None:
         path = resume / FILES[key] if resume else None
         if path is None or not path.is_file():
             return None
-        load_weights(module, path)
+        load_weights(module, path, {"dit": widen_transformer}.get(key))
         run.note(f"resume_{key}", path=str(path))
         return module
 
@@ -710,11 +567,14 @@ def main(argv=None) -> None:
     # /tmp/ck), the first note overwrites that log. Run 3 lost the audio VAE's latent statistics that way.
     log_path = resume / "train_log.json" if resume else None
     resumed_log = json.loads(log_path.read_text())["phases"] if log_path and log_path.is_file() else {}
+    channels = args.video_latent_channels or len(resumed_log.get("video_vae", {}).get("latents_mean", ())) or None
+    if channels:
+        configs.set_video_latent_channels(channels)
 
     def load_vae_config(cls, cfg, key):
         config = dict(cfg)
         logged = resumed_log.get(key, {})
-        if "latents_mean" in logged:
+        if len(logged.get("latents_mean", ())) == cfg["latent_channels"]:
             config.update(latents_mean=logged["latents_mean"], latents_std=logged["latents_std"])
         return cls(**config).to(run.device).eval()
 
@@ -726,13 +586,20 @@ def main(argv=None) -> None:
         wanted = key in args.continue_phases.split(",")
         return path if wanted and path is not None and path.is_file() else None
 
+    if phases == {"audio_vae"}:  # the audio VAE alone, in its own process beside the rest of the run
+        train_audio_vae(run, init_for("audio_vae"), resumed_log.get("audio_vae"))
+        run.note("done", elapsed=round(run.elapsed(), 1))
+        return
     vae = vae or train_video_vae(run, init_for("video_vae"), resumed_log.get("video_vae"))
     if phases == {"video_vae"}:  # a decoder fine-tune running beside the rest of the run, in its own process
         run.note("done", elapsed=round(run.elapsed(), 1))
         return
-    audio_vae = None if "audio_vae" in phases else resumed(
-        "audio_vae", load_vae_config(AutoencoderKLMiniMaxH3Audio, configs.AUDIO_VAE, "audio_vae"))
-    audio_vae = audio_vae or train_audio_vae(run, init_for("audio_vae"))
+    if args.audio_from:
+        audio_vae = audio_from(run, Path(args.audio_from), args.wait_audio)
+    else:
+        audio_vae = None if "audio_vae" in phases else resumed(
+            "audio_vae", load_vae_config(AutoencoderKLMiniMaxH3Audio, configs.AUDIO_VAE, "audio_vae"))
+        audio_vae = audio_vae or train_audio_vae(run, init_for("audio_vae"), resumed_log.get("audio_vae"))
     if not phases & {"dit", "lora"}:
         run.note("done", elapsed=round(run.elapsed(), 1))
         return
@@ -746,7 +613,7 @@ def main(argv=None) -> None:
     if "video_vae" not in phases and resume and (resume / FILES["video_vae"]).is_file():
         save_weights(vae, run.out / FILES["video_vae"])
         run.mirror(FILES["video_vae"])
-    if "audio_vae" not in phases and resume and (resume / FILES["audio_vae"]).is_file():
+    if args.audio_from or "audio_vae" not in phases and resume and (resume / FILES["audio_vae"]).is_file():
         save_weights(audio_vae, run.out / FILES["audio_vae"], dtype=torch.float32)
         run.mirror(FILES["audio_vae"])
 

@@ -1,0 +1,124 @@
+"""Phase 2 of train_nano: the audio VAE (AutoencoderKLMiniMaxH3Audio on 1.2 s mono crops), alone or beside the
+rest of a run in its own process (`--phases audio_vae`; the other process takes it with --audio-from)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from train import configs
+from train.audio_probe import AUDIO_TARGETS, audio_probe_loss, audio_targets, pitch_correlation
+from train.dataset import NUM_SAMPLES, render_audio, sample_specs
+from train.losses import stft_loss
+from train.run import FILES, Run, cosine_lr, gaussian_kl, load_weights, save_weights, seed_all
+
+AUDIO_ENCODER_SIDE = ("encoder.", "pre_block.", "mean_proj.", "logs_proj.")  # what the transformer's latents come from
+
+
+def train_audio_vae(run: Run, init: Path | None = None, stats: dict | None = None) -> torch.nn.Module:
+    """Train (or, from `init`, continue training) the audio VAE until its deadline. With --audio-decoder-only, the
+    encoder side stays fixed and `stats` (its latents_mean/std) are kept."""
+    from diffusers import AutoencoderKLMiniMaxH3Audio
+
+    args = run.args
+    seed_all(configs.SEED + 3)
+    vae = AutoencoderKLMiniMaxH3Audio(**configs.AUDIO_VAE)
+    if init is not None:
+        load_weights(vae, init)
+    vae = vae.to(run.device).train()
+    # A 1x1 head reads pitch, loudness, click and timbre from the posterior mean. Runs 1 and 3 collapsed (the latent
+    # barely varied over time); the head makes the latent carry what the transformer must steer.
+    head = torch.nn.Conv1d(configs.AUDIO_VAE["latent_channels"], len(AUDIO_TARGETS), 1).to(run.device)
+    # Run 4's collapse: at lr 2e-3 the encoder trunk's output grows a large constant (DC) part within a dozen steps
+    # and pre_block's LayerNorms divide the variation over time away. The encoder side gets its own, lower rate and
+    # a penalty on that DC; with --audio-decoder-only it is frozen (its latents are what the transformer learns).
+    encoder_side = [p for n, p in vae.named_parameters() if n.startswith(AUDIO_ENCODER_SIDE)] + list(head.parameters())
+    decoder_side = [p for n, p in vae.named_parameters() if not n.startswith(AUDIO_ENCODER_SIDE)]
+    groups = [{"params": decoder_side, "base_lr": args.audio_lr}]
+    if args.audio_decoder_only:
+        for param in encoder_side:
+            param.requires_grad_(False)
+    else:
+        groups.append({"params": encoder_side, "base_lr": args.audio_enc_lr or args.audio_lr})
+    optimizer = torch.optim.AdamW(groups, lr=args.audio_lr, weight_decay=0.0, betas=(0.8, 0.99))
+    trunk = {}
+    vae.encoder.register_forward_hook(lambda module, inputs, output: trunk.__setitem__("out", output))
+    rng = np.random.default_rng(configs.SEED + 3)
+    generator = torch.Generator(run.device).manual_seed(configs.SEED + 3)
+    hop = math.prod(configs.AUDIO_VAE["encoder_rates"])
+    crop = 48 * hop  # 1.2 s
+    begin = time.time()
+    deadline = run.phase_deadline(args.audio_seconds, reserve=args.reserve_after_audio)
+    losses, step = [], 0
+    while time.time() < deadline and step < args.max_steps:
+        specs = sample_specs(int(rng.integers(2**31)), args.audio_batch, "train")
+        audio = render_audio(specs, run.device)  # (B, 2, N)
+        first = int(rng.integers(0, (NUM_SAMPLES - crop) // hop + 1)) * hop
+        x = audio[:, :, first:first + crop].reshape(-1, 1, crop)
+        for group in optimizer.param_groups:
+            group["lr"] = cosine_lr(step, 50, (time.time() - begin) / max(deadline - begin, 1), group["base_lr"])
+        posterior = vae.encode(x).latent_dist
+        z = posterior.mean
+        if not args.audio_deterministic:
+            z = z + posterior.std * torch.randn(posterior.mean.shape, device=run.device, generator=generator)
+        recon = vae.decode(z).sample
+        loss_rec = args.audio_l1 * (recon - x).abs().mean() + stft_loss(recon, x)
+        loss_probe = audio_probe_loss(head(posterior.mean), audio_targets(specs, first, crop, hop, run.device))
+        kl = args.audio_kl if step >= args.audio_kl_after else 0.0
+        loss = loss_rec + args.audio_probe * loss_probe + kl * gaussian_kl(posterior.mean, 2 * posterior.logs)
+        if args.audio_dc and not args.audio_decoder_only:
+            loss = loss + args.audio_dc * trunk["out"].mean(dim=-1).pow(2).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        for group in optimizer.param_groups:
+            torch.nn.utils.clip_grad_norm_(group["params"], 1.0)
+        optimizer.step()
+        if step % 25 == 0:
+            losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_probe.item(),
+                           round(posterior.mean.std(dim=-1).mean().item(), 4)])  # collapse shows here first
+        step += 1
+    vae.eval()
+    with torch.no_grad():
+        specs = sample_specs(configs.SEED + 4, 8 if run.cuda else 1, "train")
+        z = vae.encode(render_audio(specs, run.device).reshape(-1, 1, NUM_SAMPLES)).latent_dist.mode()
+        recon = vae.decode(z).sample
+    if args.audio_decoder_only and stats and "latents_mean" in stats:
+        mean, std = list(stats["latents_mean"]), list(stats["latents_std"])  # the frozen encoder's
+    else:
+        mean, std = z.mean(dim=(0, 2)).tolist(), z.std(dim=(0, 2)).clamp_min(1e-3).tolist()
+    vae.register_to_config(latents_mean=mean, latents_std=std)
+    save_weights(vae, run.out / FILES["audio_vae"], dtype=torch.float32)
+    run.mirror(FILES["audio_vae"])
+    run.note("audio_vae", steps=step, seconds=round(time.time() - begin, 1),
+             final_loss=losses[-1][2] if losses else None, losses=losses, latents_mean=mean, latents_std=std,
+             decoder_only=bool(args.audio_decoder_only),
+             latent_time_std=round(z.std(dim=2).mean().item(), 4),  # run 3's collapsed encoder: 0.0036
+             recon_rms=round(recon.pow(2).mean().sqrt().item(), 4),
+             recon_pitch_r=round(pitch_correlation(recon, specs), 3))
+    return vae
+
+
+def audio_from(run: Run, folder: Path, wait: float) -> torch.nn.Module:
+    """The audio VAE another train_nano process (--phases audio_vae --out FOLDER) wrote, once its log says done."""
+    from diffusers import AutoencoderKLMiniMaxH3Audio
+
+    log_path, begin = folder / "train_log.json", time.time()
+    while True:
+        phases = json.loads(log_path.read_text())["phases"] if log_path.is_file() else {}
+        if "done" in phases or time.time() - begin > wait:
+            break
+        time.sleep(2)
+    if "done" not in phases:
+        raise SystemExit(f"--audio-from {folder}: no finished audio VAE after {wait:.0f} s")
+    stats = phases["audio_vae"]
+    vae = AutoencoderKLMiniMaxH3Audio(**dict(configs.AUDIO_VAE, latents_mean=stats["latents_mean"],
+                                             latents_std=stats["latents_std"]))
+    load_weights(vae, folder / FILES["audio_vae"])
+    run.log["phases"]["audio_vae"] = {k: v for k, v in stats.items() if k != "losses"}
+    run.note("audio_from", path=str(folder), waited_s=round(time.time() - begin, 1))
+    return vae.to(run.device).eval()
