@@ -54,6 +54,7 @@ from studio.guard import RequestGuard, basic_credentials, public_health
 from studio.jobs import QueueFull
 from studio.roles import OPEN, Actor, Forbidden
 from studio.service import PairView, ServiceUnavailable, StudioService, VideoView
+from studio.views import jsonable
 
 log = logging.getLogger(__name__)
 
@@ -374,11 +375,18 @@ def video_object(view: VideoView) -> dict[str, Any]:
 
 
 def pair_object(view: PairView) -> dict[str, Any]:
-    """A pair as JSON, with content URLs for both clips."""
+    """A pair as JSON, with content URLs for both clips. Files on the studio's disk are not named (issue 19 item
+    13): no clip paths, and the metrics without their overlay image paths (three per frame, most of a pair's
+    bytes); `overlay_frames` says how many frames have overlays (the UI's Compare tab shows them)."""
     data = {"object": "pair", **view.as_dict()}
     for role in ("baseline", "candidate"):
         video_id = data[f"{role}_video_id"]
         data[f"{role}_content_url"] = f"/v1/videos/{video_id}/content" if video_id else None
+        if isinstance(data.get(role), dict):
+            data[role].pop("clip_path", None)
+    if view.metrics is not None:
+        data["metrics"] = jsonable(view.metrics.to_json(files=False))
+        data["metrics"]["overlay_frames"] = len(view.metrics.overlay("diff"))
     return data
 
 

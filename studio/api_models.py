@@ -104,7 +104,6 @@ class PairVideo(_Body):
     peak_memory_mb: float | None = None
     queue_position: int | None = None
     clip_sha: str | None = None
-    clip_path: str | None = None
     timings: dict[str, Any] = Field(default_factory=dict)
     reused_clip: bool = False
     request: dict[str, Any] = Field(default_factory=dict)
@@ -142,10 +141,8 @@ class QualityMetrics(_Body):
     flip: float | None = None
     flip_reason: str | None = None
     audio: AudioSummary | None = None
-    directory: str | None = Field(None, description="where the overlay PNGs are on the studio's disk")
-    diff_pngs: list[str] = Field(default_factory=list)
-    ghost_pngs: list[str] = Field(default_factory=list)
-    flip_pngs: list[str] = Field(default_factory=list)
+    overlay_frames: int = Field(0, description="frames with overlay images (diff, ghost, FLIP), shown in the UI's "
+                                            "Compare tab; REST does not name files on the studio's disk")
 
 
 class VerdictObject(_Body):

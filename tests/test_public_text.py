@@ -61,3 +61,25 @@ def test_tier_reasons_and_load_errors_show_no_server_path(tmp_path):
     assert str(tmp_path) not in rows["turbo"]["reason"] and "…/gone.safetensors" in rows["turbo"]["reason"]
     loading = SimpleNamespace(_engine=None, _loading=False, _load_error=f"cannot load checkpoint at {tmp_path}/h3")
     assert str(tmp_path) not in str(StudioService.health(loading))
+
+
+def test_rest_pairs_name_no_file_on_the_studios_disk(tmp_path, nano_engine):
+    """A pair over REST carries its metrics without the overlay paths (three per frame: most of its bytes, and
+    every one an absolute server path) and its clips without clip_path; the UI reads them from the service."""
+    from tests.quality_fixtures import summary_json
+    from tests.test_db import BASELINE_TIER, FAST_TIER, MODEL, completed_video, target
+
+    data_dir = tmp_path / "data"
+    service = StudioService.open(data_dir, engine=nano_engine, queue_size=2, quality_loader=lambda: None)
+    store = service.store
+    pair = store.create_pair("a fox", 1, "fast", FAST_TIER, target(2.0), MODEL)
+    store.set_pair_videos(pair.id, completed_video(store, "a fox", 1, "baseline", BASELINE_TIER, "b"),
+                          completed_video(store, "a fox", 1, "fast", FAST_TIER, "c"))
+    store.update_pair(pair.id, status="in_progress")
+    store.update_pair(pair.id, status="completed", metrics=summary_json(data_dir / "overlays" / "k", frames=120))
+    with TestClient(create_app(service)) as client:
+        body = client.get(f"/v1/pairs/{pair.id}").text
+        listed = client.get("/v1/pairs").json()["data"][0]
+    assert str(tmp_path) not in body and str(tmp_path) not in str(listed)
+    assert listed["metrics"]["overlay_frames"] == 120 and "diff_pngs" not in listed["metrics"]
+    assert service.get_pair(pair.id).metrics.overlay("diff")  # the service (and the UI) still has them
