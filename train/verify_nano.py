@@ -271,15 +271,17 @@ def sparse_geometry(engine, tier: str) -> dict:
 
 
 def check_ghost(clips: Clips, count: int, ghost_tile: int = 0, strips: Path | None = None,
-                attention_prompts: int = 1) -> dict:
+                attention_prompts: int = 1, first: int = 0) -> dict:
     """Ghost counts for the aggressive setting and sol, with the drift evidence per clip, and (on the first
-    `attention_prompts` prompts) how much of the dense attention the tile rule keeps (train/sparse_probe.py)."""
+    `attention_prompts` prompts) how much of the dense attention the tile rule keeps (train/sparse_probe.py).
+    `first` > 0 runs prompts first..count-1 only (a run split over processes; the counts are then of that part)."""
     from studio.quality import ClipData, compare_clips
     from train.sparse_probe import attention_mass_kept
 
     tiers = {"aggressive": "v-ghost", "sol": "v-sol" if ghost_tile else "sol"}
     rows, flagged = [], dict.fromkeys(tiers, 0)
-    for index, (content, prompt) in enumerate(held_out_prompts(count)):
+    prompts = list(enumerate(held_out_prompts(count)))[first:]
+    for index, (content, prompt) in prompts:
         base = clips.get(prompt, "baseline")
         row = {"prompt": prompt}
         for key, tier in tiers.items():
@@ -300,17 +302,19 @@ def check_ghost(clips: Clips, count: int, ghost_tile: int = 0, strips: Path | No
     summary = {}
     for key in tiers:
         offsets = [r[key]["subject_offset_px"] for r in rows]
-        summary[key] = {"followed": f"{sum(r[key]['followed'] for r in rows)}/{count}",
+        summary[key] = {"followed": f"{sum(r[key]['followed'] for r in rows)}/{len(rows)}",
                         "median_subject_offset_px": float(np.nanmedian(offsets)),
                         "mean_ssim": float(np.mean([r[key]["ssim"] for r in rows]))}
     engine = clips.engine
     tiles = tuple(dict.fromkeys([engine.components.geometry.sparse_tile, ghost_tile or 16, 64]))
     attention = [attention_mass_kept(engine, prompt, tiles)
-                 for _, prompt in held_out_prompts(count)[:attention_prompts]]
-    return {"aggressive_flagged": f"{flagged['aggressive']}/{count}", "sol_flagged": f"{flagged['sol']}/{count}",
+                 for _, (_, prompt) in prompts[:attention_prompts]]
+    done = len(rows)
+    return {"aggressive_flagged": f"{flagged['aggressive']}/{done}", "sol_flagged": f"{flagged['sol']}/{done}",
+            "prompts": [index for index, _ in prompts],
             "tiers": tiers, "geometry": {k: sparse_geometry(engine, t) for k, t in tiers.items()},
             "summary": summary, "attention_mass_kept": attention, "per_prompt": rows,
-            "pass": flagged["aggressive"] >= 6 and flagged["sol"] < flagged["aggressive"]}
+            "pass": flagged["aggressive"] >= 6 and flagged["sol"] < flagged["aggressive"] if not first else None}
 
 
 def benchmark(engine, repeats: int = 1) -> dict:
@@ -345,6 +349,7 @@ def main() -> None:
     parser.add_argument("--ghost-tile", type=int, default=0,
                         help="sparse tile rows for the ghost check's tiers (0: the model's own, h3_studio.json)")
     parser.add_argument("--ghost-strips", type=Path, default=None, help="write a PNG strip per ghost prompt here")
+    parser.add_argument("--ghost-first", type=int, default=0, help="ghost check: start at this prompt (split runs)")
     parser.add_argument("--attention-prompts", type=int, default=1,
                         help="ghost check: measure the attention mass sparse attention keeps on this many prompts")
     parser.add_argument("--checks", default="steering,turbo,audio,ghost,bench")
@@ -362,7 +367,7 @@ def main() -> None:
     checks = {"bench": lambda: benchmark(engine), "steering": lambda: check_steering(clips, args.prompts),
               "turbo": lambda: check_turbo(clips, args.prompts), "audio": lambda: check_audio(clips, args.prompts),
               "ghost": lambda: check_ghost(clips, args.ghost_prompts, args.ghost_tile, args.ghost_strips,
-                                           args.attention_prompts)}
+                                           args.attention_prompts, args.ghost_first)}
     for name in args.checks.split(","):
         start = time.time()
         try:
