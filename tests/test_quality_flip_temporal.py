@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import cv2
 import flip_evaluator
 import numpy as np
 import pytest
 
 from studio.quality import ClipData, Gates, OverlayCache, compare_clips, render_flip_overlay, synth, write_clip
 from studio.quality.flip_metric import VIEW_DEGREES
+from studio.quality.overlays import read_overlay_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 W, H, T = 448, 256, 10
@@ -126,7 +126,7 @@ def test_overlay_cache_and_cli_carry_flip(tmp_path, base):
         write_clip(path, clip(frames))
     cached = OverlayCache(tmp_path / "overlays", lpips=False).get_or_compute("p", *paths)
     assert len(cached.flip_pngs) == T and all(p.is_file() for p in cached.flip_pngs)
-    assert cv2.imread(str(cached.flip_pngs[0])).shape == (H, W, 3)
+    assert read_overlay_frame(cached.flip_pngs[0], 0).shape == (H, W, 3)
     assert cached.to_dict()["flip_pngs"] == [str(p) for p in cached.flip_pngs]
     again = OverlayCache(tmp_path / "overlays", lpips=False).get_or_compute("p", *paths)
     assert not again.computed and again.flip_pngs == cached.flip_pngs

@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import cv2
 import numpy as np
 
 from studio.quality.summary import QualitySummary
@@ -113,7 +112,8 @@ def frame_series(summary: QualitySummary | None) -> FrameSeries:
 class Overlays:
     """Heatmap and ghost overlay of one frame, as rendered by studio.quality.
 
-    The quality module's OverlayCache writes one diff PNG and one ghost PNG per frame when it compares a pair
+    The quality module's OverlayCache writes the diff, ghost and FLIP overlays of every frame (one video per kind)
+    when it compares a pair
     (``render_diff_heatmap`` / ``render_ghost_overlay`` need its full Comparison, which only exists then); the
     pair's stored metrics list their paths. Reading those keeps slider moves cheap and shows exactly what the
     module rendered.
@@ -135,10 +135,13 @@ class Overlays:
                           f"(use “Compute metrics”).")
         if frame >= len(paths):
             return None, f"{title}: the quality module compared {len(paths)} frames; frame {frame} is beyond them."
-        image = cv2.imread(str(paths[frame]), cv2.IMREAD_COLOR)
+        from studio.quality.overlays import read_overlay_frame
+
+        image = read_overlay_frame(paths[frame], frame)
         if image is None:
-            return None, f"{title}: cannot read {html.escape(str(paths[frame]))} (use “Compute metrics” to redo it)."
-        return display_frame(cv2.cvtColor(image, cv2.COLOR_BGR2RGB)), self.caption(kind, summary, frame)
+            return None, (f"{title}: cannot read frame {frame} of {html.escape(paths[frame].name)} (use “Compute "
+                          f"metrics” to redo it).")
+        return display_frame(image), self.caption(kind, summary, frame)
 
     @staticmethod
     def caption(kind: str, summary: QualitySummary | None, frame: int) -> str:
