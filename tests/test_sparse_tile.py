@@ -204,3 +204,32 @@ def test_the_sparse_probe_measures_the_mass_the_rule_keeps():
     sharp = _block_stats(local, local, sink, order, 16, 0.25)
     assert sharp["own_tile_kept"] == 1.0 and sharp["kept_video_mass"] == pytest.approx(sharp["oracle_video_mass"])
     assert sharp["kept_video_mass"] > 0.95 * sharp["video_mass"] > 0.9
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_triton_kernels_at_nano_tiles_match_the_reference(dtype):
+    """The CUDA path at the nano's size and 16-row tiles (4 heads of 32, 450 sink rows, 1,036 video rows in a 64-row
+    bucket): the Triton selection picks key tiles whose scores equal the reference's top-k, and the Triton attention
+    over those tiles equals the torch reference over the same tiles."""
+    from kernels import block_sparse_attn as bsa
+    from kernels import tile_select as sel
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    video_start, valid, S = 450, 1486, 1536
+    q, k, v = (torch.randn(1, S, 4, 32, device="cuda", generator=g).to(dtype) for _ in range(3))
+    got = sel.select_tiles(q, k, video_start, valid, 0.1, tile=16)
+    want = sel.select_tiles_reference(q, k, video_start, valid, 0.1, tile=16)
+    assert got.shape == want.shape == (1, 4, 65, 7)
+    qm, km = (sel._tile_means_reference(t, video_start, valid, 16) for t in (q, k))
+    scores = qm @ km.transpose(-1, -2)
+    picked = scores.gather(-1, got).sort(-1).values
+    best = scores.gather(-1, want).sort(-1).values
+    assert torch.allclose(picked, best, rtol=0, atol=1e-3 * scores.abs().max().item())  # ties may swap tiles
+    out = bsa.block_sparse_attention(q, k, v, video_start=video_start, valid_len=valid, keep_ratio=0.1, tile=16,
+                                     tile_indices=got)
+    ref = bsa.block_sparse_attention_reference(q.double(), k.double(), v.double(), video_start=video_start,
+                                               valid_len=valid, keep_ratio=0.1, tile=16, tile_indices=got)
+    assert (out[:, valid:] == 0).all()
+    error = ((out[:, :valid].double() - ref[:, :valid]).norm() / ref[:, :valid].norm()).item()
+    assert error < (2e-2 if dtype == torch.bfloat16 else 1e-3), error
