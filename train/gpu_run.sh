@@ -15,7 +15,7 @@
 #   stage 6: the transformer continues; beside it the audio decoder continues (the encoder, so the latents, fixed).
 #   stage 7: the transformer, then new turbo LoRAs and the live checks; the audio decoder continues beside them.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
-# out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and audio/, for 6 and 7).
+# out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
 stage=$1; shift
 [ -f data/nano_train/layouts.pt ] || { mkdir -p data/nano_train; gunzip -c data/layouts.pt.gz > data/nano_train/layouts.pt; }
@@ -73,7 +73,7 @@ case $stage in
     tar cf "$OUT/audio.tar" -C /tmp a1 a2 a1.log a2.log ;;
   6|7)
     # The audio decoder continues from the newest checkpoint here (a warm machine) or the carried one.
-    from=$(ls -d /tmp/a[0-9] 2>/dev/null | sort | tail -1); from=${from:-$CK/audio}
+    from=$(ls -d /tmp/a[0-9] 2>/dev/null | sort | tail -1); from=${from:-$CK}  # its audio_vae.safetensors: the newest decoder (same encoder)
     next=/tmp/a$stage; seconds=$([ "$stage" = 6 ] && echo 530 || echo 465)
     python3 -m train.train_nano --out "$next" --resume "$from" --continue-phases audio_vae --phases audio_vae \
       --audio-decoder-only --audio-batch 32 --audio-lr 1e-3 --audio-l1 0.1 --audio-deterministic \
