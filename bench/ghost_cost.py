@@ -36,6 +36,7 @@ def load_detector(path: str | None):
     spec = importlib.util.spec_from_file_location("studio.quality._ghost_timed", path)
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "studio.quality"
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
