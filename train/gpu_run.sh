@@ -61,20 +61,20 @@ case $stage in
   5)
     audio=(--phases audio_vae --audio-batch 32 --audio-lr 2e-3 --audio-l1 0.1 --audio-deterministic --reserve-after-audio 0)
     ( python3 -m train.train_nano --out /tmp/a1 "${audio[@]}" --audio-enc-lr 1e-4 --audio-probe 4 --audio-dc 1 \
-        --audio-kl-after 1000000000 --audio-seconds 160 --budget 165 > /tmp/a1.log 2>&1
+        --audio-kl-after 1000000000 --audio-seconds 150 --budget 155 > /tmp/a1.log 2>&1
       python3 -m train.train_nano --out /tmp/a2 --resume /tmp/a1 --continue-phases audio_vae "${audio[@]}" \
-        --audio-decoder-only --audio-seconds 315 --budget 320 > /tmp/a2.log 2>&1 ) &
+        --audio-decoder-only --audio-seconds 290 --budget 295 > /tmp/a2.log 2>&1 ) &
     python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --continue-phases video_vae --phases video_vae,dit \
-      --video-latent-channels 16 --edge-weight 8 --vae-batch 24 --vae-lr 1e-3 --vae-seconds 270 --reserve-after-vae 190 \
+      --video-latent-channels 16 --edge-weight 8 --vae-batch 24 --vae-lr 1e-3 --vae-seconds 250 --reserve-after-vae 180 \
       --audio-from /tmp/a1 --wait-audio 150 --audio-weight 1.0 --dit-lr 5e-4 --dit-seconds 600 --reserve-after-dit 30 \
-      --budget 495 "$@" 2>&1 | tee "$OUT/stdout.log"
+      --budget 460 "$@" 2>&1 | tee "$OUT/stdout.log"
     wait
     rm -f "$OUT/preview.npz"
     tar cf "$OUT/audio.tar" -C /tmp a1 a2 a1.log a2.log ;;
   6|7)
     # The audio decoder continues from the newest checkpoint here (a warm machine) or the carried one.
     from=$(ls -d /tmp/a[0-9] 2>/dev/null | sort | tail -1); from=${from:-$CK}  # its audio_vae.safetensors: the newest decoder (same encoder)
-    next=/tmp/a$stage; seconds=$([ "$stage" = 6 ] && echo 530 || echo 465)
+    next=/tmp/a$stage; seconds=$([ "$stage" = 6 ] && echo 530 || echo 425)
     python3 -m train.train_nano --out "$next" --resume "$from" --continue-phases audio_vae --phases audio_vae \
       --audio-decoder-only --audio-batch 32 --audio-lr 1e-3 --audio-l1 0.1 --audio-deterministic \
       --reserve-after-audio 0 --audio-seconds "$seconds" --budget "$((seconds + 5))" > "$next.log" 2>&1 &
@@ -83,8 +83,8 @@ case $stage in
         --dit-seconds 600 --reserve-after-dit 30 --budget 550 "$@" 2>&1 | tee "$OUT/stdout.log"
     else
       python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-weight 1.0 --dit-lr 4e-4 \
-        --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 75 --reserve-final 50 --check-seconds 45 \
-        --budget 480 "$@" 2>&1 | tee "$OUT/stdout.log"
+        --dit-seconds 600 --reserve-after-dit 205 --lora-seconds 70 --reserve-final 50 --check-seconds 45 \
+        --budget 440 "$@" 2>&1 | tee "$OUT/stdout.log"
     fi
     wait
     rm -f "$OUT/preview.npz"
