@@ -14,6 +14,9 @@
 #            DC penalty; then the decoder alone); then the widened transformer continues on the new latents.
 #   stage 6: the transformer continues; beside it the audio decoder continues (the encoder, so the latents, fixed).
 #   stage 7: the transformer, then new turbo LoRAs and the live checks; the audio decoder continues beside them.
+#   stage 8: all of run 5 that one call holds, when the device time left allows only one: the audio VAE as in stage
+#            5, run 4's transformer continuing on its latents (video VAE unchanged), new LoRAs and the checks; beside
+#            them the widened video VAE alone, to measure its round trip for the next run.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -89,4 +92,20 @@ case $stage in
     wait
     rm -f "$OUT/preview.npz"
     tar cf "$OUT/audio.tar" -C /tmp "a$stage" "a$stage.log" ;;
+  8)
+    audio=(--phases audio_vae --audio-batch 32 --audio-lr 2e-3 --audio-l1 0.1 --audio-deterministic --reserve-after-audio 0)
+    ( python3 -m train.train_nano --out /tmp/a1 "${audio[@]}" --audio-enc-lr 1e-4 --audio-probe 4 --audio-dc 1 \
+        --audio-kl-after 1000000000 --audio-seconds 140 --budget 145 > /tmp/a1.log 2>&1
+      python3 -m train.train_nano --out /tmp/a2 --resume /tmp/a1 --continue-phases audio_vae "${audio[@]}" \
+        --audio-decoder-only --audio-seconds 390 --budget 395 > /tmp/a2.log 2>&1 ) &
+    python3 -m train.train_nano --out /tmp/v5 --resume "$CK" --continue-phases video_vae --phases video_vae \
+      --video-latent-channels 16 --edge-weight 8 --vae-batch 24 --vae-lr 1e-3 --vae-seconds 300 --budget 330 \
+      --reserve-after-vae 0 > /tmp/v5.log 2>&1 &
+    python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-from /tmp/a1 \
+      --wait-audio 200 --audio-weight 1.0 --dit-lr 4e-4 --dit-seconds 600 --reserve-after-dit 170 \
+      --lora-seconds 55 --reserve-final 45 --check-seconds 40 --budget 545 "$@" 2>&1 | tee "$OUT/stdout.log"
+    wait
+    rm -f "$OUT/preview.npz" "$OUT/video_vae.safetensors"  # the video VAE is the carried one, unchanged
+    tar cf "$OUT/audio.tar" -C /tmp a1 a2 a1.log a2.log
+    tar cf "$OUT/vae.tar" -C /tmp v5 v5.log ;;
 esac
