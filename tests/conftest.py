@@ -34,28 +34,22 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_ghost_calibration.py::test_ghost_detector_calibration": ("slow",),
     "tests/test_kernels.py::test_triton_interpreter": ("slow",),
     "tests/test_engine.py::test_baseline_equals_diffusers_modular_pipeline": ("slow",),
-    "tests/test_engine.py::test_same_seed_gives_identical_frames_and_audio": ("slow",),
-    "tests/test_engine.py::test_clip_mp4_and_sidecar": ("slow",),
-    "tests/test_engine.py::test_plan_is_what_generate_runs": ("slow",),
-    "tests/test_engine.py::test_cancel_flag_stops_denoising_and_engine_keeps_serving": ("slow",),
     "tests/test_engine.py::test_nano_loads_offline_in_a_fresh_process": ("slow",),
     "tests/test_engine.py::test_cli_generate_writes_mp4_and_sidecar": ("slow",),
     "tests/test_engine.py::test_cli_broken_model_exits_2": ("slow",),
-    "tests/test_tiers.py::test_sparse_keep_ratio_one_equals_dense": ("slow",),
     "tests/test_compile_once.py": ("slow",),  # six nano generations
     "tests/test_cache_step.py": ("slow",),
-    "tests/test_tiers.py::test_sparse_schedule_records_dense_and_sparse_steps": ("slow",),
-    "tests/test_tiers.py::test_cache_threshold_zero_is_identical_to_no_cache": ("slow",),
     "tests/test_quality.py::test_cli_mismatch_errors_and_align": ("slow",),
     "tests/test_tasks.py::test_task_equals_diffusers_modular_pipeline": ("slow",),
     "tests/test_tasks.py::test_every_tier_runs_both_tasks_and_leaves_the_model_as_it_was": ("slow",),
     "tests/test_tasks.py::test_cli_generates_fl2va": ("slow",),
-    "tests/test_tiers.py::test_baseline_after_a_merged_turbo_clip_is_bit_identical_to_one_before": ("slow",),
-    "tests/test_tiers.py::test_merged_turbo_computes_what_the_unmerged_hooks_do": ("slow",),
     "tests/test_fp8.py::test_fp8_block_is_close_to_the_stock_block_and_leaves_it_stock": ("slow",),
     "tests/test_fp8.py::test_fp8_tiers_run_on_the_nano_and_leave_the_model_as_it_was": ("slow",),
     "tests/test_bench.py::test_e2e_bench_runs_real_generate_per_tier_and_merges_calls": ("slow",),
     "tests/test_bench.py::test_tiny_decode_measures_only_the_requests_asked_for": ("slow",),
+    "tests/test_train.py::test_tracker_reads_colour_shape_and_motion_of_rendered_clips": ("slow",),
+    "tests/test_api_uploads.py::test_a_pair_with_references_keys_its_configuration_by_task_and_exports_its_inputs":
+        ("slow",),
 }
 
 

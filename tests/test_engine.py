@@ -17,6 +17,9 @@ from engine.errors import ModelLoadError
 from engine.layout import build_layout, resolve_canvas
 from engine.media import probe_mp4
 
+# One torch thread: the identity test took 47 s in a full-suite run at load ~2 with torch's two threads, 5 s alone.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 ROOT = NANO_PATH.parent.parent
 PROMPT = "a red circle moves left to right over a grey background"
 

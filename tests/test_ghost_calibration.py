@@ -127,9 +127,11 @@ def _lpips_scorer() -> tuple[LpipsScorer | None, str]:
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
-    """One comparison through the public API (LPIPS on 4 frames only, for the ranking)."""
+    """One comparison through the public API (LPIPS on 4 frames only, for the ranking). FLIP is off: nothing here
+    reads it, the detector does not use it, and it was 60 % of a case's CPU time (bench/ghost_heldout.py does the
+    same)."""
     base, cand = render_case(case)
-    comparison = compare_clips(ClipData(base, 24.0), ClipData(cand, 24.0), lpips=False, workers=1)
+    comparison = compare_clips(ClipData(base, 24.0), ClipData(cand, 24.0), lpips=False, flip=False, workers=1)
     summary = comparison.summary()
     scorer, lpips_kind = _lpips_scorer()
     picks = list(LPIPS_FRAMES)
