@@ -204,7 +204,9 @@ def test_a_failing_recompute_keeps_the_good_metrics(served_pair) -> None:
     assert store.get_pair(pair.id).metrics == good
     quality.error = None
     replaced = client.post(f"/v1/pairs/{pair.id}/metrics").json()  # and a good run replaces them
-    assert replaced["metrics_status"] == "ok" and replaced["metrics"]["diff_pngs"] and "diff_pngs" not in good
+    stored = store.get_pair(pair.id).metrics  # REST names no overlay file (overlay_frames only); the store does
+    assert replaced["metrics_status"] == "ok" and replaced["metrics"]["overlay_frames"] == 4
+    assert stored != good and len(stored["diff_pngs"]) == 4 and "diff_pngs" not in good
 
 
 # ------------------------------------------------------------------------------------- a full disk
