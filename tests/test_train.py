@@ -101,6 +101,23 @@ def test_shape_colour_error_sees_a_hue_shift_the_pixel_loss_barely_sees():
     assert colour > 0.4 and colour > 10 * pixel
 
 
+def test_audio_losses_make_silence_dearer_than_a_faint_noisy_tone():
+    """Run 5's decoder fell silent under the 1e-5-floor log-STFT: a half-level tone with faint noise (the way from an
+    untrained decoder to a tone) cost more than silence. The relative floor and the loudness envelope (what
+    --audio-stft-floor / --audio-loudness train with) make silence the dearer answer."""
+    from train.losses import loudness_loss, stft_loss
+
+    t = torch.arange(19200) / 16000.0
+    target = (0.1 * torch.sin(2 * torch.pi * 440.0 * t)).view(1, 1, -1)
+    noisy = 0.5 * target + 0.001 * torch.randn(target.shape, generator=torch.Generator().manual_seed(0))
+    silence = torch.zeros_like(target)
+    assert stft_loss(noisy, target).item() > stft_loss(silence, target).item()  # the trap
+    assert stft_loss(target, target, 0.01).item() < 1e-6
+    assert stft_loss(noisy, target, 0.01).item() < stft_loss(silence, target, 0.01).item()
+    assert loudness_loss(target, target, 400).item() == 0.0
+    assert loudness_loss(silence, target, 400).item() > 5 * loudness_loss(noisy, target, 400).item()
+
+
 def test_word_level_tokenizer_makes_each_caption_word_one_token(tmp_path):
     from train.text_conditioning import build_tokenizer
 

@@ -14,7 +14,7 @@ import torch
 from train import configs
 from train.audio_probe import AUDIO_TARGETS, audio_probe_loss, audio_targets, pitch_correlation
 from train.dataset import NUM_SAMPLES, render_audio, sample_specs
-from train.losses import stft_loss
+from train.losses import loudness_loss, stft_loss
 from train.run import FILES, Run, cosine_lr, gaussian_kl, load_weights, save_weights, seed_all
 
 AUDIO_ENCODER_SIDE = ("encoder.", "pre_block.", "mean_proj.", "logs_proj.")  # what the transformer's latents come from
@@ -67,7 +67,9 @@ def train_audio_vae(run: Run, init: Path | None = None, stats: dict | None = Non
         if not args.audio_deterministic:
             z = z + posterior.std * torch.randn(posterior.mean.shape, device=run.device, generator=generator)
         recon = vae.decode(z).sample
-        loss_rec = args.audio_l1 * (recon - x).abs().mean() + stft_loss(recon, x)
+        loss_rec = args.audio_l1 * (recon - x).abs().mean() + stft_loss(recon, x, args.audio_stft_floor)
+        if args.audio_loudness:
+            loss_rec = loss_rec + args.audio_loudness * loudness_loss(recon, x, hop)
         loss_probe = audio_probe_loss(head(posterior.mean), audio_targets(specs, first, crop, hop, run.device))
         kl = args.audio_kl if step >= args.audio_kl_after else 0.0
         loss = loss_rec + args.audio_probe * loss_probe + kl * gaussian_kl(posterior.mean, 2 * posterior.logs)

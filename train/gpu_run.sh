@@ -17,6 +17,10 @@
 #   stage 8: all of run 5 that one call holds, when the device time left allows only one: the audio VAE as in stage
 #            5, run 4's transformer continuing on its latents (video VAE unchanged), new LoRAs and the checks; beside
 #            them the widened video VAE alone, to measure its round trip for the next run.
+# Run 6 starts from run 5's VAEs (CK=out/run9in: video_vae, audio_vae, train_log.json; no transformer):
+#   stage 9: two processes, nothing else: the audio decoder alone (encoder fixed, so run 5's transformer keeps
+#            working) with the relative-floor STFT and loudness losses; the video VAE widened to 16 channels, whose
+#            round trip (tracker shape on 24 clips) decides whether the transformer is retrained on it.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -28,7 +32,7 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
 CK=${CK:-out/run3}
-if [ "$stage" != 1 ]; then
+if [ "$stage" != 1 ] && [ "$stage" != 9 ]; then
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
@@ -108,4 +112,16 @@ case $stage in
     rm -f "$OUT/preview.npz" "$OUT/video_vae.safetensors"  # the video VAE is the carried one, unchanged
     tar cf "$OUT/audio.tar" -C /tmp a1 a2 a1.log a2.log
     tar cf "$OUT/vae.tar" -C /tmp v5 v5.log ;;
+  9)
+    # Each process stops itself at its budget; timeout is the backstop that keeps the call under its 600 s limit.
+    timeout 470 python3 -m train.train_nano --out /tmp/a9 --resume "$CK" --continue-phases audio_vae \
+      --phases audio_vae --audio-decoder-only --audio-batch 32 --audio-lr 1e-3 --audio-l1 0.1 --audio-deterministic \
+      --audio-stft-floor 0.01 --audio-loudness 0.5 --reserve-after-audio 0 --audio-seconds 420 --budget 430 \
+      > /tmp/a9.log 2>&1 &
+    timeout 470 python3 -m train.train_nano --out /tmp/v9 --resume "$CK" --continue-phases video_vae \
+      --phases video_vae --video-latent-channels 16 --edge-weight 8 --vae-batch 24 --vae-lr 1e-3 \
+      --vae-seconds 400 --reserve-after-vae 0 --budget 430 "$@" > /tmp/v9.log 2>&1 &
+    while pgrep -f "train.train_nano" > /dev/null; do sleep 30; tail -qn1 /tmp/a9.log /tmp/v9.log; done
+    tar cf "$OUT/audio.tar" -C /tmp a9 a9.log
+    tar cf "$OUT/vae.tar" -C /tmp v9 v9.log ;;
 esac

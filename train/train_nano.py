@@ -521,6 +521,10 @@ def parse_args(argv=None):
     p.add_argument("--audio-deterministic", action="store_true",
                    help="decode the posterior mean (what the transformer is trained on), no sampling noise")
     p.add_argument("--audio-l1", type=float, default=1.0, help="weight of the waveform L1 (phase-sensitive)")
+    p.add_argument("--audio-stft-floor", type=float, default=0.0,
+                   help="log-STFT floor as a fraction of each clip's loudest bin (0: 1e-5 absolute, runs 1-5)")
+    p.add_argument("--audio-loudness", type=float, default=0.0,
+                   help="weight of the log frame-energy L1 (run 5's decoder fell silent without it)")
     p.add_argument("--audio-probe", type=float, default=0.0,
                    help="weight of the latent head loss (pitch, loudness, click, timbre read from the latent)")
     p.add_argument("--num-clips", type=int, default=2400)
