@@ -22,7 +22,6 @@ import contextlib
 import functools
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -417,16 +416,6 @@ class StudioService:
         """Pairs newest first, optionally by status and configuration; ``page``: Store.list_pairs' after, limit."""
         return [self._pair_view(p) for p in self.store.list_pairs(status=status, configuration_key=configuration_key,
                                                                   **page)]
-
-    def watch_pair(self, pair_id: str, interval_s: float = 0.5, timeout_s: float | None = None) -> Iterator[PairView]:
-        """Yield the pair's view every ``interval_s`` until it is completed or failed (for progress displays)."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            view = self.get_pair(pair_id)
-            yield view
-            if view.status in TERMINAL_STATUSES or (deadline is not None and time.monotonic() > deadline):
-                return
-            time.sleep(interval_s)
 
     def cancel_pair(self, pair_id: str, actor: Actor = OPEN) -> PairView:
         """Cancel a pair's unfinished videos (a baseline another pair also waits for keeps running).

@@ -4,8 +4,11 @@ panel reports the configuration's tally even for a pair without verdicts."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from db.records import TERMINAL_STATUSES
 from studio.service import StudioService
 from studio.ui.panels import pair_summary_html
 from studio.ui.review import pair_panel
@@ -19,7 +22,9 @@ def make_pair(service: StudioService, baseline_steps: int | None, short_edge: in
     if baseline_steps is not None:
         body["baseline_steps"] = baseline_steps
     pair = service.submit_pair(body)
-    *_, view = service.watch_pair(pair.id, interval_s=0.1, timeout_s=300)
+    deadline = time.monotonic() + 300
+    while (view := service.get_pair(pair.id)).status not in TERMINAL_STATUSES and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert view.status == "completed", view.error
     return view
 
