@@ -181,7 +181,8 @@ def click_times(audio: np.ndarray, sample_rate: int) -> list[float]:
 
 
 def floor_contacts(ys: np.ndarray, fps: float) -> list[float]:
-    """Seconds of the lowest points (image y maxima) of a bouncing track, refined between frames by a parabola."""
+    """Seconds of the lowest points (image y maxima) of a bouncing track, refined between frames by a parabola.
+    Frame i shows time i / fps (train/dataset.py, and the engine's clips)."""
     y = np.asarray(ys, dtype=float)
     times = []
     for i in range(1, len(y) - 1):
@@ -193,7 +194,7 @@ def floor_contacts(ys: np.ndarray, fps: float) -> list[float]:
         a, b, c = y[i - 1], y[i], y[i + 1]
         denom = a - 2 * b + c
         offset = 0.5 * (a - c) / denom if denom else 0.0
-        times.append((i + 0.5 + float(np.clip(offset, -0.5, 0.5))) / fps)
+        times.append((i + float(np.clip(offset, -0.5, 0.5))) / fps)
     return times
 
 
