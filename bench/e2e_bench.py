@@ -350,7 +350,7 @@ def main(argv=None) -> dict:
                       device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                       torch=torch.__version__)
         result.setdefault("calls", []).append({
-            "command": "python -m bench.e2e_bench " + " ".join(sys.argv[1:] if argv is None else argv),
+            "date": datetime.date.today().isoformat(), "command": "python -m bench.e2e_bench " + " ".join(sys.argv[1:] if argv is None else argv),
             "config": args.config, "text_layers": args.text_layers if args.config == "full" else None,
             "mux": mux, "configs_from": str(args.configs) if args.config == "full" else None,
             "load_s": load_s, "tiers": tiers,
