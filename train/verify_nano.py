@@ -41,9 +41,10 @@ from train.metrics import ssim, track  # noqa: E402
 SEED = 42
 
 
-def tiers_toml(loras: Path, ghost_tile: int = 0) -> str:
+def tiers_toml(loras: Path, ghost_tile: int = 0, ghost_dense_steps: int = 0) -> str:
     """Tiers that point at the LoRAs under test (absolute paths) plus the aggressive sparse setting (at the model's
-    sparse tile, or `ghost_tile` rows) and, with a `ghost_tile`, `v-sol`: the shipped sol at that tile."""
+    sparse tile, or `ghost_tile` rows; sparse from step `ghost_dense_steps` on) and, with a `ghost_tile`, `v-sol`:
+    the shipped sol at that tile."""
     from engine.tiers import TierTable
 
     sol = TierTable.load().get("sol")
@@ -71,10 +72,10 @@ lora = {{ path = "{(loras / 'nano-turbo-5.safetensors').resolve()}" }}
 
 [[tier]]
 name = "v-ghost"
-description = "aggressive sparse attention: keep 10% of key tiles from the first step and block"
+description = "aggressive sparse attention: keep 10% of key tiles in every block from step {ghost_dense_steps}"
 steps = 50
 bucket = 64
-sparse = {{ keep_ratio = 0.1, tile = {ghost_tile}, dense_first_steps = 0, dense_first_blocks = 0 }}
+sparse = {{ keep_ratio = 0.1, tile = {ghost_tile}, dense_first_steps = {ghost_dense_steps}, dense_first_blocks = 0 }}
 """ + v_sol
 
 
@@ -351,6 +352,9 @@ def main() -> None:
                         help="sparse tile rows for the ghost check's tiers (0: the model's own, h3_studio.json)")
     parser.add_argument("--ghost-strips", type=Path, default=None, help="write a PNG strip per ghost prompt here")
     parser.add_argument("--ghost-first", type=int, default=0, help="ghost check: start at this prompt (split runs)")
+    parser.add_argument("--ghost-dense-steps", type=int, default=0,
+                        help="ghost check: the aggressive setting's dense steps before sparse attention starts (0: "
+                             "the issue's setting; 40 keeps the nano's layout, TRAINING.md section 3)")
     parser.add_argument("--attention-prompts", type=int, default=1,
                         help="ghost check: measure the attention mass sparse attention keeps on this many prompts")
     parser.add_argument("--checks", default="steering,turbo,audio,ghost,bench")
@@ -361,7 +365,7 @@ def main() -> None:
     from engine.engine import Engine
 
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as handle:
-        handle.write(tiers_toml(args.loras, args.ghost_tile))
+        handle.write(tiers_toml(args.loras, args.ghost_tile, args.ghost_dense_steps))
     engine = Engine.load(str(args.model), tiers_file=handle.name, device="cpu")
     results = {"model": str(args.model), "model_id": engine.model_id, "threads": args.threads}
     clips = Clips(engine)
