@@ -179,11 +179,16 @@ class Engine:
         with self._lock:
             return self._generate(request, timer, on_step, cancel)
 
-    def latents(self, payload: dict | GenerationRequest, cancel: Callable[[], bool] | None = None) -> dict:
-        """Run up to the end of the denoise stage and return the float rows (for exactness tests and benches)."""
+    def latents(self, payload: dict | GenerationRequest, cancel: Callable[[], bool] | None = None,
+                join_decode: bool = False) -> dict:
+        """Run up to the end of the denoise stage and return the float rows (for exactness tests and benches).
+        `join_decode`: a non-zero rank of a parallel group then decodes its share of the video for rank 0's
+        `generate` (every rank of the group must be in the decode, or the others wait on it)."""
         request = self.validate(payload)
         with self._lock:
             result = self._denoise(request, _Timer(), None, cancel)
+            if join_decode:
+                decode_video(self.components, result.canvas, result.video_rows, self.parallel)
         return {"video_rows": result.video_rows, "audio_rows": result.audio_rows, "steps": result.step_records,
                 "tokens": result.layout.length, "padded_tokens": result.layout.padded_length}
 
@@ -237,7 +242,7 @@ class Engine:
         result = self._denoise(request, timer, on_step, cancel)
         canvas, layout = result.canvas, result.layout
         with timer.stage("decode_video"):
-            frames = frames_to_uint8(decode_video(components, canvas, result.video_rows))
+            frames = frames_to_uint8(decode_video(components, canvas, result.video_rows, self.parallel))
         with timer.stage("decode_audio"):
             audio = decode_audio(components, canvas, result.audio_rows)
         with timer.stage("mux"):

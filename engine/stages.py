@@ -26,6 +26,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from engine.components import Components
 from engine.errors import GenerationCancelled
 from engine.layout import Canvas, PackedLayout, pad_rows
+from engine.video_decode import decode_latents
 
 TEXT_ENCODER_LAYER = 50
 PIXEL_MEAN = (0.485, 0.456, 0.406)
@@ -192,8 +193,10 @@ def denoise(
 
 
 @torch.no_grad()
-def decode_video(components: Components, canvas: Canvas, video_rows: torch.Tensor) -> np.ndarray:
-    """Rows → float32 frames (T, H, W, 3) in [0, 1], exactly as diffusers' decode step computes them."""
+def decode_video(components: Components, canvas: Canvas, video_rows: torch.Tensor, parallel=None) -> np.ndarray:
+    """Rows → float32 frames (T, H, W, 3) in [0, 1], exactly as diffusers' decode step computes them. With a
+    `parallel` context every rank of the group calls this with the same rows and decodes its share of the VAE's
+    temporal chunks (engine/video_decode.py); each gets the whole video."""
     geometry = components.geometry
     patch_t, patch_h, patch_w = geometry.patch_size
     channels = geometry.video_latent_channels
@@ -208,7 +211,8 @@ def decode_video(components: Components, canvas: Canvas, video_rows: torch.Tenso
     device = components.device
     mean = torch.tensor(vae.config.latents_mean, device=device).view(1, -1, 1, 1, 1)
     std = torch.tensor(vae.config.latents_std, device=device).view(1, -1, 1, 1, 1)
-    video = vae.decode((latents * std + mean).to(vae.dtype), return_dict=False)[0]
+    rank, world = (parallel.rank, parallel.world) if parallel is not None else (0, 1)
+    video = decode_latents(vae, (latents * std + mean).to(vae.dtype), rank, world)
     pixel_mean = torch.tensor(PIXEL_MEAN, device=device).view(1, -1, 1, 1, 1)
     pixel_std = torch.tensor(PIXEL_STD, device=device).view(1, -1, 1, 1, 1)
     video = (video.float() * pixel_std + pixel_mean).clamp(0, 1)
