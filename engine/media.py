@@ -14,7 +14,11 @@ import av
 import numpy as np
 
 AAC_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
-VIDEO_OPTIONS = {"crf": "18", "preset": "medium", "threads": "1"}
+# mbtree=0: x264's macroblock-tree rate control gave different bytes for the same frames from one encode to the next
+# (tiny canvases, e.g. 64x32: 3 variants in 10 encodes; deterministic with mbtree=0 or asm=0). The studio addresses
+# clips by the sha256 of their MP4 and promises a same-seed clip byte for byte, so the encode must be a function of
+# the frames. Cost: mbtree's bitrate saving at the same CRF.
+VIDEO_OPTIONS = {"crf": "18", "preset": "medium", "threads": "1", "x264-params": "mbtree=0"}
 
 
 def encode_mp4(frames: np.ndarray, fps: int, audio: np.ndarray | None = None, sample_rate: int | None = None) -> bytes:

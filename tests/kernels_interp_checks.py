@@ -16,6 +16,7 @@ import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
+import zlib  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -37,6 +38,8 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def check(name):
     def deco(fn):
         t0 = time.time()
+        # Each check draws its inputs from its own seed: the same inputs whichever checks run, in whatever order.
+        torch.manual_seed(zlib.crc32(name.encode()))
         try:
             detail = fn()
             RESULTS[name] = [True, detail, round(time.time() - t0, 2)]
@@ -271,21 +274,31 @@ def _():
     return e
 
 
-def _same_codes(got, ref) -> float:
+def _same_codes(got, ref, values: torch.Tensor | None = None) -> float:
     """Codes of two quantizations of the same rows: scales equal to fp32 rounding, codes equal.
 
     Two faults of the interpreter's fp32 -> e4m3 cast (numpy emulation, Triton 3.9) are let through, and counted in
     the detail: it rounds exact ties away from zero (-21 -> -22, torch: -20, to even), one step apart, which bf16
     inputs hit; and it drops the carry when rounding up crosses a power of two (31.5 -> 16 instead of 32): there
     the code is exactly half the reference's power of two. The GPU tests (tests/test_kernels_gpu.py) hold the hardware
-    cast to torch's."""
+    cast to torch's. With `values` (the scaled fp32 values the codes round) every one-step difference must be such a
+    tie, or a subnormal code (below 2^-6, steps of 2^-9) that the interpreter truncated toward zero, a third fault;
+    without, at most 1% of the codes may differ by one step."""
     assert got.data.dtype == torch.float8_e4m3fn and got.dtype == ref.dtype
     assert torch.allclose(got.scale, ref.scale, rtol=1e-6, atol=0)
     a, b = got.data.float(), ref.data.float()
     lost_carry = (a * 2 == b) & (b != 0) & (torch.log2(b.abs()) % 1 == 0)
     step = (a - b).abs() <= b.abs() / 8 + 2 ** -9
     off = (a != b) & ~lost_carry
-    assert (lost_carry | step).all() and off.float().mean().item() < 1e-2, off.float().mean().item()
+    assert (lost_carry | step).all()
+    if values is None:
+        assert off.float().mean().item() < 1e-2, off.float().mean().item()
+    else:
+        v = values.float()
+        tie = ((v - a).abs() - (v - b).abs()).abs() <= 1e-6 * v.abs()
+        truncated = (b.abs() <= 2**-6) & (a == torch.sign(v) * torch.floor(v.abs() / 2**-9) * 2**-9)
+        bad = off & ~tie & ~truncated
+        assert not bad.any(), f"{int(bad.sum())} codes off by one step: values {v[bad][:4].tolist()}"
     return {"carry_lost": int(lost_carry.sum()), "one_step": int(off.sum()), "codes": a.numel()}
 
 
@@ -297,7 +310,8 @@ def _():
     for shape, dtype in (((2, 3, 80), torch.float32), ((3, 300), torch.bfloat16)):
         x = fresh(*shape, dtype=dtype) * 3
         x[0, 0] = 0.0  # an all-zero row keeps a finite scale
-        out.append(_same_codes(quantize_rows(x), quantize_rows_reference(x)))
+        ref = quantize_rows_reference(x)
+        out.append(_same_codes(quantize_rows(x), ref, values=x.float() / ref.scale))
     return out
 
 

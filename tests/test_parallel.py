@@ -24,13 +24,16 @@ from engine.tiers import TierTable
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 PROMPT = "a red circle moves left"  # odd length: the packed sequence is not a multiple of 2 or 4
 TOLERANCE = 1e-5
+# The single process merges the turbo LoRA into its weights (x·(W + BA)); FSDP ranks keep it on hooks (x·W + (x·A)·B).
+# Same arithmetic, other rounding: with run 6's LoRA the rows differ by 1.6e-5 after 2 steps.
+TOLERANCES = {"turbo": 5e-5}
 TIERS_TOML = """
 [[tier]]
 name = "par-cache"
-description = "first-block cache whose threshold sits inside nano's change values: hits and misses"
+description = "first-block cache whose threshold sits inside nano's change values (run 6: 0.038-0.15): hits and misses"
 steps = 20
 [tier.cache]
-threshold = 0.03
+threshold = 0.05
 warmup_steps = 2
 max_consecutive = 2
 
@@ -118,7 +121,7 @@ def test_parallel_equals_single_process(group, reference, case):
     result = group.latents(_payload(case))
     diff = _max_diff(result, expected)
     print(f"world={group.world} {case}: max abs diff {diff:.3g}")
-    assert diff <= TOLERANCE, f"{case} on {group.world} ranks differs by {diff}"
+    assert diff <= TOLERANCES.get(case, TOLERANCE), f"{case} on {group.world} ranks differs by {diff}"
     assert result["tokens"] == expected["tokens"] and result["padded_tokens"] % group.world == 0
     # Same schedule as one process: sparse/dense blocks and cache hits per step, and every rank agreed.
     # (Parallel runs always install the processors, so they also count dense blocks where one process did not.)
