@@ -29,6 +29,8 @@ MARKS: dict[str, tuple[str, ...]] = {
         "test_engine_info_reports_the_plan_from_configs_alone",
         "test_fp8_tiers_keep_weight_copies_and_move_the_conditioner_off_one_h200")},
     "tests/test_parallel.py": ("slow",),  # worker process groups
+    "tests/test_video_decode.py::test_chunks_spread_over_gloo_ranks_give_the_same_frames": ("slow",),  # gloo ranks
+    "tests/test_media.py": ("slow",),  # a 50-step nano clip, encoded 30 times
     "tests/test_remote.py": ("slow",),  # studio servers in subprocesses
     "tests/test_ui_inputs.py": ("slow",),  # builds the whole studio page over the nano
     "tests/test_ghost_calibration.py::test_ghost_detector_calibration": ("slow",),

@@ -57,7 +57,6 @@ def _rank_main(rank: int, world: int, init_file: str, frames: int, out: str) -> 
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])  # 4 ranks over 6 chunks: the second round has two ranks past the end
 def test_chunks_spread_over_gloo_ranks_give_the_same_frames(vae, tmp_path, world):
     context = multiprocessing.get_context("spawn")
