@@ -48,6 +48,9 @@ def test_first_frame_pair_from_generate_to_compare(tmp_path):
         # The real keyframe: an fl2va pair.
         page.locator("#h3-first-frame button[aria-label='Clear']").first.click()
         page.wait_for_function("() => !document.querySelector('#h3-first-frame').innerText.includes('broken.png')")
+        # Clearing re-renders the drop zone: a file set before the new <input> is there is lost (this step timed out
+        # once on a loaded machine). Wait for the empty drop zone, then upload.
+        page.wait_for_selector("#h3-first-frame:has-text('Upload') input[type=file]", state="attached")
         page.set_input_files("#h3-first-frame input[type=file]", str(keyframe))
         page.wait_for_selector("#h3-first-frame:has-text('keyframe.png')")
         page.click("#h3-generate")
