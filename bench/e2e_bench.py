@@ -238,7 +238,8 @@ def run_request(engine, payload: dict, mp4_dir: Path | None, label: str) -> dict
         "compiles": {k: v for k, v in clip.compiles.items() if k != "bucket_keys"},
         "peak_memory_mb": clip.peak_memory_mb,
         "lora": None if clip.lora is None else {k: clip.lora.get(k) for k in
-                                                ("merged_layers", "matched_layers", "merge_s", "restore_s", "undo_bytes")},
+                                                ("merged_layers", "matched_layers", "merge_s", "restore_s",
+                                                 "undo_bytes")},
         "mp4": {"bytes": len(clip.mp4), "sha256": hashlib.sha256(clip.mp4).hexdigest()[:16],
                 "frames": int(clip.frames.shape[0]), "width": clip.width, "height": clip.height},
     }
@@ -350,7 +351,8 @@ def main(argv=None) -> dict:
                       device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                       torch=torch.__version__)
         result.setdefault("calls", []).append({
-            "date": datetime.date.today().isoformat(), "command": "python -m bench.e2e_bench " + " ".join(sys.argv[1:] if argv is None else argv),
+            "date": datetime.date.today().isoformat(),
+            "command": "python -m bench.e2e_bench " + " ".join(sys.argv[1:] if argv is None else argv),
             "config": args.config, "text_layers": args.text_layers if args.config == "full" else None,
             "mux": mux, "configs_from": str(args.configs) if args.config == "full" else None,
             "load_s": load_s, "tiers": tiers,

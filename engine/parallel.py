@@ -192,7 +192,7 @@ def _serve(engine, ctx: ParallelContext, job: WorkerJob, outbox, cancel_event) -
 
             clip = engine.generate(job.payload, on_step=on_step, cancel=guard)
             return Final(job.id, rank, "ok", clip, cache_log=tuple(s.get("cache") for s in clip.steps))
-        # On a generate job the other ranks decode their share of the video's chunks for rank 0 (engine/video_decode.py).
+        # On a generate job the other ranks decode their share of the video's chunks for rank 0 (video_decode.py).
         result = engine.latents(job.payload, cancel=guard, join_decode=job.kind == "generate")
         cache_log = tuple(s.get("cache") for s in result["steps"])
         if rank != 0:

@@ -5,7 +5,7 @@ tiled) and then cross-fades the overlapping frames of neighbouring chunks. The c
 other; only the cross-fade joins them. `decode_latents` computes the same video with the chunk decodes handed out:
 rank r of N decodes chunks r, r + N, ..., the group all-gathers them, and every rank cross-fades (rank 0's result is
 the one used). With one process it is `vae.decode(z).sample` (tests/test_video_decode.py holds it to that, and holds
-a 2-rank gloo group to the same frames).
+a 4-rank gloo group to the same frames; tests/test_parallel.py decodes through the engine on 2 ranks).
 
 Written against diffusers 0.42.1's chunk geometry (`tokens_chunk_size`, `token_overlap`, `frame_pre_padding`,
 `frame_overlap`, `_decode_clip`, `_blend`); the test fails if a later diffusers changes it.

@@ -30,7 +30,7 @@ def stft_loss(recon: torch.Tensor, target: torch.Tensor, floor: float = 0.0) -> 
 
     recon, target: (B, 1, N). With `floor` = 0 the log's floor is 1e-5 (runs 1-5): a decoder that cannot yet place
     a tone pays ~8 nats for each bin it wrongly fills: a half-level tone with faint noise costs more than silence, so
-    run 5's decoder stayed at RMS 0.0012. `floor` > 0 puts the floor at that fraction of each clip's loudest bin instead."""
+    run 5's decoder stayed at RMS 0.0012. `floor` > 0 puts the floor at that fraction of each clip's loudest bin."""
     total = 0.0
     for n_fft in (256, 512, 1024):
         window = torch.hann_window(n_fft, device=recon.device)
