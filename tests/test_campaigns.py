@@ -5,7 +5,6 @@ reports the campaign's coverage. The nano engine at 32 px and 2 steps, over REST
 from __future__ import annotations
 
 import json
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +14,7 @@ from studio.api import create_app
 from studio.auth import load_accounts
 from studio.campaigns import CampaignRunner, parse_prompts, prompt_suites
 from studio.service import StudioService
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -37,14 +37,6 @@ def campaign_body(**extra) -> dict:
     return {"tier": "turbo", "steps": 2, "baseline_steps": 2, "target": TARGET, **extra}
 
 
-def wait_until(check, what: str):
-    deadline = time.monotonic() + TIMEOUT_S
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return value
-
-
 def test_prompt_suites_are_the_prompt_files():
     assert parse_prompts("# a suite\na fox\n\n  an owl  \n# done\n") == ["a fox", "an owl"]
     suites = prompt_suites()
@@ -63,7 +55,7 @@ def test_a_campaign_queues_every_pair_and_feeds_reviewers_their_next_pair(studio
     url = f"/v1/campaigns/{campaign['id']}"
 
     done = wait_until(lambda: (body := client.get(url, auth=ALICE).json())["pairs"].get("completed") == 4 and body,
-                      "the campaign's four pairs")
+                      TIMEOUT_S, 0.2, "the campaign's four pairs")
     assert done["status"] == "finished" and done["items"] == {"queued": 4}
     assert sorted((item["prompt"], item["seed"]) for item in done["data"]) == sorted(
         (p, s) for p in ("a red circle moves left to right", "a blue square moves up") for s in (1, 2))
@@ -130,7 +122,7 @@ def test_cancelling_stops_the_pending_pairs_and_only_the_creator_or_an_admin_may
         made = len(service.store.list_pairs()) - pairs_before
         return made == queued == pairs.get("completed", 0) + pairs.get("failed", 0) and body
 
-    body = wait_until(settled, "the queued pairs")
+    body = wait_until(settled, TIMEOUT_S, 0.2, "the queued pairs")
     assert set(body["items"]) <= {"queued", "cancelled"} and body["items"]["cancelled"] >= 1
     assert body["items"].get("queued", 0) + body["items"]["cancelled"] == 12
 
@@ -160,7 +152,7 @@ def test_pending_items_are_queued_by_the_next_server(tmp_path, nano_engine):
     service = StudioService.open(tmp_path / "data", engine=nano_engine, quality_loader=lambda: None)
     try:
         done = wait_until(lambda: (p := service.campaigns.progress(campaign.id))["pairs"].get("completed") == 1
-                          and p, "the left-over pair")
+                          and p, TIMEOUT_S, 0.2, "the left-over pair")
         assert (done["items"], done["status"]) == ({"queued": 1}, "finished")
         pair = service.get_pair(service.campaigns.items(campaign.id)[0]["pair_id"])
         assert (pair.prompt, pair.seed, pair.tier) == ("a red kite", 5, "turbo")

@@ -28,6 +28,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import app as studio_app
+from db.records import TERMINAL_STATUSES
 from engine.errors import GenerationCancelled
 from engine.media import encode_mp4, probe_mp4
 from engine.request import validate_request
@@ -35,11 +36,11 @@ from studio.api import create_app
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemotesFileError, load_remotes, parse_remotes
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui.generate import tier_card_html
+from tests.waiting import finished_pair, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 240
 TARGET = {"duration_seconds": 5, "aspect_ratio": "16:9", "short_edge": 32}
-TERMINAL = ("completed", "failed")
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -48,16 +49,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def wait_until(check, timeout_s: float = TIMEOUT_S, interval_s: float = 0.1, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 # ------------------------------------------------------------------------------------- the remotes file
@@ -438,11 +429,8 @@ def studio(servers, nano_engine, tmp_path_factory):
 
 
 def finished_video(service: StudioService, video_id: str):
-    return wait_until(lambda: (v := service.get_video(video_id)).status in TERMINAL and v, what=f"video {video_id}")
-
-
-def finished_pair(service: StudioService, pair_id: str):
-    return wait_until(lambda: (p := service.get_pair(pair_id)).status in TERMINAL and p, what=f"pair {pair_id}")
+    return wait_until(lambda: (v := service.get_video(video_id)).status in TERMINAL_STATUSES and v,
+                      what=f"video {video_id}")
 
 
 def test_pair_takes_its_clips_from_two_different_remotes(studio, servers, nano_engine):

@@ -4,14 +4,12 @@ panel reports the configuration's tally even for a pair without verdicts."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from db.records import TERMINAL_STATUSES
 from studio.service import StudioService
 from studio.ui.panels import pair_summary_html
 from studio.ui.review import pair_panel
+from tests.waiting import finished_pair
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -22,9 +20,7 @@ def make_pair(service: StudioService, baseline_steps: int | None, short_edge: in
     if baseline_steps is not None:
         body["baseline_steps"] = baseline_steps
     pair = service.submit_pair(body)
-    deadline = time.monotonic() + 300
-    while (view := service.get_pair(pair.id)).status not in TERMINAL_STATUSES and time.monotonic() < deadline:
-        time.sleep(0.1)
+    view = finished_pair(service, pair.id, 300)
     assert view.status == "completed", view.error
     return view
 
