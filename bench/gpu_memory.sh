@@ -3,11 +3,13 @@
 #
 #   bash bench/gpu_memory.sh [extra memory_bench args...]
 #
-# Default: tiers baseline, sol and turbo at 5 s and 14.375 s with the conditioner resident, then baseline at both
-# durations with it offloaded; one denoising step each (the peak is inside a step and in the decode). About 1-2 min
-# to install and build the 33B transformer plus the 47.8 GiB conditioner with random weights, then per request one
-# step (5 s: ~6 s dense; 14.375 s: ~36 s dense) and the decode (~8 s / ~20 s): about 6-7 min, inside 600 s. Reload writes the conditioner to
-# disk (48 GiB): add it alone, `bash bench/gpu_memory.sh --placements reload --tiers baseline --durations 5`.
+# Default (REQUESTS): with the conditioner resident, baseline (1 step), sol (20 steps: its cache refuses fewer, and
+# steps 10+ are sparse) and turbo (1 step, LoRA merged) at 5 s; baseline (1 step) and turbo-sparse (2 steps: dense,
+# then sparse) at 14.375 s; then baseline at both durations with the conditioner offloaded. The peak is inside a
+# step and in the decode. About 1 min to install and build the 33B transformer plus the 47.8 GiB conditioner with
+# random weights, then per step ~7 s dense / ~3 s sparse at 5 s and ~36 s dense at 14.375 s, plus each decode
+# (~9 s / ~20 s): about 7-8 min, inside 600 s. Reload writes the conditioner to
+# disk (48 GiB): add it alone, `REQUESTS=baseline@5 bash bench/gpu_memory.sh --placements reload`.
 # Copy $OUT/memory_bench.json to bench/results/memory_bench_h200.json and fill BENCHMARKS.md's table from it.
 set -o pipefail
 OUT=${OUT:-/tmp/memory_out}
@@ -16,7 +18,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     .whl/diffusers-*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv >"$OUT/nvidia_smi.csv" 2>&1
-python3 -m bench.memory_bench --config full --out "$OUT" "$@" 2>&1 | tee "$OUT/memory_log.txt"
+REQUESTS=${REQUESTS:-baseline@5,sol@5:20,turbo@5,baseline@14.375,turbo-sparse@14.375:2}
+python3 -m bench.memory_bench --config full --out "$OUT" --requests "$REQUESTS" "$@" 2>&1 | tee "$OUT/memory_log.txt"
 status=$?
 nvidia-smi --query-gpu=memory.used --format=csv >>"$OUT/nvidia_smi.csv" 2>&1
 exit $status

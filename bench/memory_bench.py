@@ -10,9 +10,11 @@ serves it (engine/conditioner.py: decoder layers 0..50 of Qwen3-VL-32B, no LM he
 with random weights; `--unpruned` builds all 64 layers, the vision tower and the head instead (62.1 GiB).
 
 For each placement in `--placements` (resident, offload, reload; run in that order) the engine's own plan hooks
-(engine/placement.py) place the conditioner; under the first placement each tier in `--tiers` generates one request
-per duration in `--durations`, under the others the first tier only, with `--steps` denoising steps (peak memory
-is reached inside one step, and in the decode). Recorded per request:
+(engine/placement.py) place the conditioner; under the first placement every request runs (`--requests`, or each
+tier in `--tiers` at each duration in `--durations` with `--steps` denoising steps), under the others the first
+tier's requests only. Peak memory is reached inside one step and in the decode, so a few steps suffice, but a step
+of each kind: sol needs 20 (its cache refuses fewer; its steps 10+ are sparse) and turbo-sparse 2 (dense, sparse).
+Recorded per request:
 `torch.cuda.max_memory_allocated` (reset before the request), the engine's stage timings (encode_text includes
 moving the conditioner in, or reading it from disk for reload), and the computed peak of engine/memory.py for the
 same request beside it, so computed and measured figures can be compared. Build time is the random-weight build
@@ -119,6 +121,18 @@ def measure(engine, tier: str, duration: float, steps: int) -> dict:
     return record
 
 
+def parse_request(item: str, default_steps: int) -> tuple[str, float, int]:
+    """'sol@5:20' -> ('sol', 5.0, 20); the steps default to --steps. Raises ValueError naming the item."""
+    tier, at, rest = item.partition("@")
+    seconds, _, steps = rest.partition(":")
+    try:
+        if not tier or not at:
+            raise ValueError
+        return tier, float(seconds), int(steps) if steps else default_steps
+    except ValueError:
+        raise ValueError(f"{item!r} is not TIER@SECONDS[:STEPS]") from None
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bench.memory_bench")
     parser.add_argument("--config", choices=("full", "tiny"), default="full")
@@ -126,6 +140,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tiers", default="baseline,sol,turbo")
     parser.add_argument("--durations", default="5,14.375")
     parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--requests", default=None,
+                        help="TIER@SECONDS[:STEPS],... instead of --tiers x --durations, e.g. sol@5:20 (the cache "
+                             "needs 20 steps) or turbo-sparse@14.375:2 (one dense step, then a sparse one)")
     parser.add_argument("--unpruned", action="store_true", help="all 64 layers, vision tower and LM head")
     parser.add_argument("--device-memory-gib", type=float, default=None,
                         help="plan for this much device memory (default: the GPU's; required for --config tiny)")
@@ -137,8 +154,15 @@ def main(argv: list[str] | None = None) -> dict:
     if unknown:
         parser.error(f"--placements: unknown {sorted(unknown)}; choose from {', '.join(order)}")
     placements = sorted(set(placements), key=order.index)
-    durations = [float(d) for d in args.durations.split(",")]
-    tiers = [t for t in args.tiers.split(",") if t]
+    if args.requests:
+        try:
+            requests = [parse_request(item, args.steps) for item in args.requests.split(",") if item]
+        except ValueError as error:
+            parser.error(f"--requests: {error}")
+    else:
+        requests = [(tier, float(d), args.steps) for d in args.durations.split(",")
+                    for tier in args.tiers.split(",") if tier]
+    tiers = list(dict.fromkeys(tier for tier, _, _ in requests))
 
     from bench.e2e_bench import mux_backend, tier_table, write_random_loras
 
@@ -184,11 +208,11 @@ def main(argv: list[str] | None = None) -> dict:
         engine._placement_hooks = apply_plan(components, plan)
         _sync(device)
         entry = {"place_s": time.perf_counter() - start, "requests": []}
-        # The first placement runs every tier; the others only the first tier (their encode time and peak are the
-        # point, and one device call has 600 s).
-        for duration in durations:
-            for tier in (tiers if placement == placements[0] else tiers[:1]):
-                record = measure(engine, tier, duration, args.steps)
+        # The first placement runs every request; the others only the first tier's (their encode time and peak are
+        # the point, and one device call has 600 s).
+        for tier, duration, steps in requests:
+            if placement == placements[0] or tier == tiers[0]:
+                record = measure(engine, tier, duration, steps)
                 entry["requests"].append(record)
                 print(json.dumps({"placement": placement, **record}), flush=True)
         from engine.stages import encode_text
