@@ -101,6 +101,43 @@ def test_shape_colour_error_sees_a_hue_shift_the_pixel_loss_barely_sees():
     assert colour > 0.4 and colour > 10 * pixel
 
 
+def test_silhouette_error_counts_filled_corners_that_read_as_shape():
+    """A decode that fills a triangle's empty bounding-box corners with a colour nearer the shape's than the
+    background's makes the tracker read a square; the silhouette loss (--silhouette-weight) charges those pixels in
+    full, while the pixel L1 charges them only in proportion to the colour shift, as it does a harmless fill nearer
+    the background (which the tracker still reads as a triangle)."""
+    from train.dataset import COLOURS, background_plates
+    from train.losses import silhouette_error
+
+    spec = make_spec(("red", "triangle", "left to right", "grey"), seed=3)
+    video, coverage = render_video([spec], torch.arange(0, 124, 8), with_mask=True)
+    colour = torch.tensor([COLOURS["red"]])
+    background = background_plates([spec])
+    box = torch.zeros_like(coverage, dtype=torch.bool)
+    for t in range(coverage.shape[1]):
+        ys, xs = torch.nonzero(coverage[0, t] > 0.5, as_tuple=True)
+        box[0, t, ys.min():ys.max() + 1, xs.min():xs.max() + 1] = True
+    corners = box & (coverage < 0.5)
+
+    def filled(mix: float) -> torch.Tensor:
+        out = video.clone()
+        out[corners] = mix * colour[0] + (1 - mix) * background[0, 0, 0]
+        return out
+
+    near_shape, near_background = filled(0.6), filled(0.2)
+    assert track(_uint8(near_shape[0])).shape == "square"
+    assert track(_uint8(near_background[0])).shape == track(_uint8(video[0])).shape == "triangle"
+    exact = silhouette_error(video, coverage, colour, background).item()
+    wrong = silhouette_error(near_shape, coverage, colour, background).item()
+    harmless = silhouette_error(near_background, coverage, colour, background).item()
+    pixel = [(x - video).abs().mean().item() for x in (near_shape, near_background)]
+    assert exact < 0.05 and harmless < 0.1 and wrong > 0.2
+    assert wrong / harmless > 3 * pixel[0] / pixel[1]  # the pixel L1 charges the fill 3:1, the silhouette far more
+    recon = near_shape.clone().requires_grad_(True)
+    silhouette_error(recon, coverage, colour, background).backward()
+    assert torch.isfinite(recon.grad).all() and recon.grad[corners[..., None].expand_as(recon)].abs().sum() > 0
+
+
 def test_audio_losses_make_silence_dearer_than_a_faint_noisy_tone():
     """Run 5's decoder fell silent under the 1e-5-floor log-STFT: a half-level tone with faint noise (the way from an
     untrained decoder to a tone) cost more than silence. The relative floor and the loudness envelope (what

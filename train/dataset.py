@@ -246,6 +246,11 @@ def _background(specs: list[ClipSpec], height: int, width: int, device) -> torch
     return torch.stack(plates)
 
 
+def background_plates(specs: list[ClipSpec], device="cpu") -> torch.Tensor:
+    """(B, H, W, 3) each clip's background without its shape (the silhouette loss compares against it)."""
+    return _background(specs, HEIGHT, WIDTH, torch.device(device))
+
+
 def _signed_distance(shape: str, dx: torch.Tensor, dy: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
     """Signed distance (pixels, negative inside) to a shape of circumradius-like size `radius` centred at 0."""
     if shape == "circle":

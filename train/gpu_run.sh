@@ -21,18 +21,25 @@
 #   stage 9: two processes, nothing else: the audio decoder alone (encoder fixed, so run 5's transformer keeps
 #            working) with the relative-floor STFT and loudness losses; the video VAE widened to 16 channels, whose
 #            round trip (tracker shape on 24 clips) decides whether the transformer is retrained on it.
+# Issue 15's shape check, from the shipped model itself (no CK; MODEL, default assets/nano, is in the working tree):
+#   stage 10: the video decoder alone (encoder frozen, so the shipped transformer's latents stay valid) from the
+#            shipped VAE, with the silhouette loss (train/losses.py: the tracker's colour mask, softly) on top of the
+#            weighted L1 and the colour loss, for SECS seconds (default 480); the round trip of 24 training clips
+#            (tracker colour, motion, shape) is printed before and after. $OUT gets video_vae.safetensors (fp16,
+#            the same keys as MODEL/vae/diffusion_pytorch_model.safetensors), train_log.json and stdout.log.
+#            Needs only the .whl carried: CK, layouts and the text table are not used.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
 stage=$1; shift
-[ -f data/nano_train/layouts.pt ] || { mkdir -p data/nano_train; gunzip -c data/layouts.pt.gz > data/nano_train/layouts.pt; }
+[ "$stage" = 10 ] || [ -f data/nano_train/layouts.pt ] || { mkdir -p data/nano_train; gunzip -c data/layouts.pt.gz > data/nano_train/layouts.pt; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 : "${OUT:?OUT must name the folder that comes back}"
 TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
 CK=${CK:-out/run3}
-if [ "$stage" != 1 ] && [ "$stage" != 9 ]; then
+if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ]; then
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
@@ -124,4 +131,10 @@ case $stage in
     while pgrep -f "train.train_nano" > /dev/null; do sleep 30; tail -qn1 /tmp/a9.log /tmp/v9.log; done
     tar cf "$OUT/audio.tar" -C /tmp a9 a9.log
     tar cf "$OUT/vae.tar" -C /tmp v9 v9.log ;;
+  10)
+    secs=${SECS:-480}
+    timeout $((secs + 100)) python3 -m train.train_nano --out "$OUT" --mirror /tmp/ck10 \
+      --vae-from-model "${MODEL:-assets/nano}" --phases video_vae --vae-decoder-only --roundtrip-before \
+      --silhouette-weight 1 --vae-batch 24 --vae-lr 5e-4 --vae-seconds "$secs" --budget $((secs + 90)) \
+      --reserve-after-vae 0 --vae-log-every 25 "$@" 2>&1 | tee "$OUT/stdout.log" ;;
 esac

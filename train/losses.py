@@ -48,3 +48,20 @@ def loudness_loss(recon: torch.Tensor, target: torch.Tensor, frame: int) -> torc
     def log_energy(x: torch.Tensor) -> torch.Tensor:
         return x.float().reshape(x.shape[0], -1, frame).pow(2).mean(dim=-1).add(1e-6).log()
     return (log_energy(recon) - log_energy(target)).abs().mean()
+
+
+def silhouette_error(recon: torch.Tensor, coverage: torch.Tensor, colour: torch.Tensor, background: torch.Tensor,
+                     tau: float = 0.1, radius: int = 8) -> torch.Tensor:
+    """The tracker's own cue as a loss: a pixel belongs to the shape when it is nearer (L1 over RGB) the shape's
+    colour than the background's (train/metrics.py's colour masks); here softly, sigmoid((d_bg - d_shape) / tau),
+    compared (L1) with the rendered coverage over the shape and the `radius`-px ring around it, normalised by that
+    region's area. A pixel L1 lets a blurred decode fill a triangle's missing corners with a half-way colour at half
+    the cost; this counts every such pixel that reads as shape, which is what moves the fill ratio.
+
+    recon: (B, T, H, W, 3) in [0, 1] (unclamped is fine); coverage: (B, T, H, W); colour: (B, 3) the shape's RGB;
+    background: (B, H, W, 3) the background plate."""
+    d_shape = (recon - colour[:, None, None, None]).abs().sum(-1)
+    d_background = (recon - background[:, None]).abs().sum(-1)
+    soft = torch.sigmoid((d_background - d_shape) / tau)
+    region = (coverage + edge_ring(coverage, radius)).clamp(0, 1)
+    return (region * (soft - coverage).abs()).sum() / region.sum().clamp_min(1.0)

@@ -45,6 +45,7 @@ from train.dataset import (  # noqa: E402
     NUM_SAMPLES,
     NUM_TEMPLATES,
     SHAPES,
+    background_plates,
     caption,
     content_tuples,
     render_audio,
@@ -62,7 +63,7 @@ from train.flow import (  # noqa: E402
     patchify,
     shift_sigma,
 )
-from train.losses import edge_ring, shape_colour_error  # noqa: E402
+from train.losses import edge_ring, shape_colour_error, silhouette_error  # noqa: E402
 from train.run import (  # noqa: E402
     FILES,
     PHASES,
@@ -103,35 +104,63 @@ def train_video_vae(run: Run, init: Path | None = None, stats: dict | None = Non
     rng = np.random.default_rng(configs.SEED + 1)
     generator = torch.Generator(run.device).manual_seed(configs.SEED + 1)
     window = 22  # 17 * 1 + 5 frames → 7 latent frames, one full decode chunk with its overlap
+    if args.roundtrip_before:
+        vae.eval()
+        run.note("video_vae_before", roundtrip=roundtrip_check(run, vae))
+        vae.train()
+    pool = latent_pool(run, vae, rng, window) if args.vae_decoder_only and args.vae_latent_pool else None
     begin = time.time()
     deadline = run.phase_deadline(args.vae_seconds, reserve=args.reserve_after_vae)
     losses, step = [], 0
     while time.time() < deadline and step < args.max_steps:
-        specs = sample_specs(int(rng.integers(2**31)), args.vae_batch, "train")
-        first = int(rng.integers(0, NUM_FRAMES - window + 1))
-        frames = torch.arange(first, first + window)
-        video, coverage = render_video(specs, frames, run.device, with_mask=True)
+        if pool is None:
+            specs = sample_specs(int(rng.integers(2**31)), args.vae_batch, "train")
+            first = int(rng.integers(0, NUM_FRAMES - window + 1))
+            frames = torch.arange(first, first + window)
+            video, coverage = render_video(specs, frames, run.device, with_mask=True)
+        else:  # one cached (clip, window) posterior per item; the encoder is frozen, so they stay exact
+            picked = rng.choice(len(pool["specs"]), size=args.vae_batch, replace=False)
+            specs = [pool["specs"][i] for i in picked]
+            rendered = [render_video([specs[j]], torch.arange(pool["first"][i], pool["first"][i] + window),
+                                     run.device, with_mask=True) for j, i in enumerate(picked)]
+            video, coverage = torch.cat([r[0] for r in rendered]), torch.cat([r[1] for r in rendered])
         x = to_vae_space(video)
         weight = 1.0 + args.shape_weight * coverage[:, None]
         if args.edge_weight:
             weight = weight + args.edge_weight * edge_ring(coverage, args.edge_radius)[:, None]
         for group in optimizer.param_groups:
-            group["lr"] = cosine_lr(step, 100, (time.time() - begin) / max(deadline - begin, 1), args.vae_lr)
+            group["lr"] = cosine_lr(step, args.vae_warmup, (time.time() - begin) / max(deadline - begin, 1),
+                                    args.vae_lr)
         with run.autocast():
-            posterior = vae.encode(x).latent_dist
-            z = posterior.mean + posterior.std * torch.randn(posterior.mean.shape, device=run.device,
-                                                            generator=generator)
+            if pool is None:
+                posterior = vae.encode(x).latent_dist
+                mean, std = posterior.mean, posterior.std
+            else:
+                mean, std = pool["mean"][picked].to(run.device), pool["std"][picked].to(run.device)
+            z = mean + std * torch.randn(mean.shape, device=run.device, generator=generator)
             recon = vae.decode(z).sample
         loss_rec = (weight * (recon.float() - x).abs()).mean()
-        loss_colour = shape_colour_error(from_vae_space(recon, clamp=False), video, coverage)
-        loss = loss_rec + args.colour_weight * loss_colour + args.vae_kl * gaussian_kl(posterior.mean.float(),
-                                                                                        posterior.logvar.float())
+        rgb = from_vae_space(recon, clamp=False)
+        loss_colour = shape_colour_error(rgb, video, coverage)
+        loss = loss_rec + args.colour_weight * loss_colour
+        if not args.vae_decoder_only:  # the KL has no gradient into a frozen encoder
+            loss = loss + args.vae_kl * gaussian_kl(posterior.mean.float(), posterior.logvar.float())
+        loss_silhouette = torch.zeros(())
+        if args.silhouette_weight:
+            colour = torch.tensor([COLOURS[spec.colour] for spec in specs], device=run.device)
+            loss_silhouette = silhouette_error(rgb, coverage, colour, background_plates(specs, run.device),
+                                               args.silhouette_tau, args.edge_radius)
+            loss = loss + args.silhouette_weight * loss_silhouette
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
-        if step % 25 == 0:
-            losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_colour.item()])
+        if step % args.vae_log_every == 0:
+            losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_colour.item(),
+                           loss_silhouette.item()])
+            if args.vae_decoder_only:
+                print(f"video decoder step {step} ({time.time() - begin:.0f} s): weighted L1 {loss_rec.item():.4f}, "
+                      f"colour {loss_colour.item():.4f}, silhouette {loss_silhouette.item():.4f}", flush=True)
         step += 1
     vae.eval()
     if args.vae_decoder_only and stats and "latents_mean" in stats:
@@ -148,12 +177,31 @@ def train_video_vae(run: Run, init: Path | None = None, stats: dict | None = Non
 
 
 @torch.no_grad()
+def latent_pool(run: Run, vae, rng: np.random.Generator, window: int) -> dict:
+    """--vae-latent-pool N windows of training clips encoded once (posterior mean and std) for a decoder-only run:
+    the frozen encoder is most of a step's cost on CPU (a 22-frame window of one clip: about 5 s here)."""
+    count = run.args.vae_latent_pool
+    specs = sample_specs(int(rng.integers(2**31)), count, "train")
+    firsts = rng.integers(0, NUM_FRAMES - window + 1, size=count).tolist()
+    means, stds = [], []
+    begin = time.time()
+    for spec, first in zip(specs, firsts):
+        video = render_video([spec], torch.arange(first, first + window), run.device)
+        with run.autocast():
+            posterior = vae.encode(to_vae_space(video)).latent_dist
+        means.append(posterior.mean.float())
+        stds.append(posterior.std.float())
+    run.note("video_vae_pool", windows=count, seconds=round(time.time() - begin, 1))
+    return {"specs": specs, "first": firsts, "mean": torch.cat(means), "std": torch.cat(stds)}
+
+
+@torch.no_grad()
 def roundtrip_check(run: Run, vae, count: int | None = None) -> dict:
     """The tracker on ground-truth training clips after an encode/decode round trip: the ceiling the VAE puts on
     what any transformer can show (run 3's VAE: colour 24/24, motion 24/24, shape 8/24)."""
     from train.metrics import track
 
-    count = count or (24 if run.cuda else 2)
+    count = count or run.args.roundtrip_clips or (24 if run.cuda else 2)
     specs = sample_specs(configs.SEED + 6, count, "train")
     hits = {"colour": 0, "motion": 0, "shape": 0}
     for i in range(0, count, 8):
@@ -167,7 +215,9 @@ def roundtrip_check(run: Run, vae, count: int | None = None) -> dict:
             hits["colour"] += tr.colour == spec.colour
             hits["motion"] += tr.motion == spec.motion
             hits["shape"] += tr.shape == spec.shape
-    return {k: f"{v}/{count}" for k, v in hits.items()}
+    result = {k: f"{v}/{count}" for k, v in hits.items()}
+    print(f"round trip of {count} training clips (tracker): {result}", flush=True)
+    return result
 
 
 @torch.no_grad()
@@ -502,6 +552,20 @@ def parse_args(argv=None):
     p.add_argument("--edge-radius", type=int, default=8, help="px around the shape that --edge-weight covers")
     p.add_argument("--vae-decoder-only", action="store_true",
                    help="train only the video decoder: latents (and the transformer trained on them) stay valid")
+    p.add_argument("--vae-from-model", default=None,
+                   help="start the video VAE from a diffusers model folder (e.g. assets/nano): its vae/ weights and "
+                        "latents_mean/std; with --vae-decoder-only the shipped transformer's latents stay valid")
+    p.add_argument("--silhouette-weight", type=float, default=0.0,
+                   help="weight of the soft tracker-mask L1 on the shape and its ring (train/losses.py)")
+    p.add_argument("--silhouette-tau", type=float, default=0.1, help="temperature of that soft mask (RGB L1 units)")
+    p.add_argument("--vae-latent-pool", type=int, default=0,
+                   help="decoder-only: encode this many training windows once and draw batches from them (CPU)")
+    p.add_argument("--vae-warmup", type=int, default=100, help="video VAE learning-rate warm-up steps")
+    p.add_argument("--vae-log-every", type=int, default=25)
+    p.add_argument("--roundtrip-before", action="store_true",
+                   help="run the round-trip check on the starting video VAE too (before the phase trains)")
+    p.add_argument("--roundtrip-clips", type=int, default=None,
+                   help="clips for the end-of-phase round-trip check (default 24 on GPU, 2 on CPU)")
     p.add_argument("--video-latent-channels", type=int, default=None,
                    help="widen the video latent to N channels (train/widen.py); default: the resumed run's count")
     p.add_argument("--audio-seconds", type=float, default=20)
@@ -594,6 +658,13 @@ def main(argv=None) -> None:
         train_audio_vae(run, init_for("audio_vae"), resumed_log.get("audio_vae"))
         run.note("done", elapsed=round(run.elapsed(), 1))
         return
+    if args.vae_from_model and "video_vae" in phases:  # the shipped VAE: weights and latent statistics
+        folder = Path(args.vae_from_model) / "vae"
+        shipped = json.loads((folder / "config.json").read_text())
+        if not args.video_latent_channels:
+            configs.set_video_latent_channels(shipped["latent_channels"])
+        resumed_log["video_vae"] = {"latents_mean": shipped["latents_mean"], "latents_std": shipped["latents_std"]}
+        vae = train_video_vae(run, folder / "diffusion_pytorch_model.safetensors", resumed_log["video_vae"])
     vae = vae or train_video_vae(run, init_for("video_vae"), resumed_log.get("video_vae"))
     if phases == {"video_vae"}:  # a decoder fine-tune running beside the rest of the run, in its own process
         run.note("done", elapsed=round(run.elapsed(), 1))
