@@ -15,7 +15,9 @@ tier in `--tiers` at each duration in `--durations` with `--steps` denoising ste
 tier's requests only. Peak memory is reached inside one step and in the decode, so a few steps suffice, but a step
 of each kind: sol needs 20 (its cache refuses fewer; its steps 10+ are sparse) and turbo-sparse 2 (dense, sparse).
 Recorded per request:
-`torch.cuda.max_memory_allocated` (reset before the request), the engine's stage timings (encode_text includes
+`torch.cuda.max_memory_allocated` for the request and for each of its stages (the engine's
+`Clip.stage_peak_memory_mb`), the memory allocated before it, an out-of-memory error as a result (the bench goes
+on), the engine's stage timings (encode_text includes
 moving the conditioner in, or reading it from disk for reload), and the computed peak of engine/memory.py for the
 same request beside it, so computed and measured figures can be compared. Build time is the random-weight build
 on the device (no disk read); reload's disk read is in its encode_text.
@@ -100,25 +102,40 @@ def save_for_reload(components, folder: Path) -> Path:
 
 
 def measure(engine, tier: str, duration: float, steps: int) -> dict:
+    """One request's peaks (whole request and per stage, GiB), stage timings and the computed peak beside them. An
+    out-of-memory request is a result too: recorded with the stage it reached, and the bench goes on."""
     device = engine.components.device
+    record = {"tier": tier, "duration_s": duration, "steps": steps}
     if device.type == "cuda":
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    _sync(device)
-    start = time.perf_counter()
-    clip = engine.generate({"prompt": PROMPT, "tier": tier, "duration_seconds": duration, "steps": steps,
-                            "force": True})
-    _sync(device)
-    record = {"tier": tier, "duration_s": duration, "steps": steps, "tokens": clip.tokens,
-              "wall_s": time.perf_counter() - start,
-              "stages": {k: round(v, 3) for k, v in clip.timings.items()},
-              "peak_GiB_measured": None if clip.peak_memory_mb is None else clip.peak_memory_mb / 1024}
+        record["allocated_before_GiB"] = torch.cuda.memory_allocated() / 2**30
     if engine.memory is not None:
         tokens = len(engine.components.tokenizer(PROMPT, add_special_tokens=False)["input_ids"])
-        cost = engine.memory.cost(duration, tokens)
+        cost = engine.memory.cost(duration, tokens, tier=tier)
         phase, peak = engine.memory.plan.peak(cost)
         record["peak_GiB_computed"], record["peak_phase_computed"] = peak / 2**30, phase
+    _sync(device)
+    start = time.perf_counter()
+    try:
+        clip = engine.generate({"prompt": PROMPT, "tier": tier, "duration_seconds": duration, "steps": steps,
+                                "force": True})
+    except torch.OutOfMemoryError as error:
+        record["error"] = str(error).splitlines()[0]
+        record["allocated_after_error_GiB"] = torch.cuda.memory_allocated() / 2**30
+        record["engine_damaged"] = engine.damaged
+        return record
+    _sync(device)
+    record.update({
+        "tokens": clip.tokens, "wall_s": time.perf_counter() - start,
+        "stages": {k: round(v, 3) for k, v in clip.timings.items()},
+        "peak_GiB_measured": None if clip.peak_memory_mb is None else clip.peak_memory_mb / 1024,
+        "stage_peak_GiB_measured": {k: round(v / 1024, 3) for k, v in clip.stage_peak_memory_mb.items()}})
     return record
+
+
+def write(result: dict, out: str) -> None:
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "memory_bench.json").write_text(json.dumps(result, indent=1))
 
 
 def parse_request(item: str, default_steps: int) -> tuple[str, float, int]:
@@ -208,6 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
         engine._placement_hooks = apply_plan(components, plan)
         _sync(device)
         entry = {"place_s": time.perf_counter() - start, "requests": []}
+        result["placements"][placement] = entry
         # The first placement runs every request; the others only the first tier's (their encode time and peak are
         # the point, and one device call has 600 s).
         for tier, duration, steps in requests:
@@ -215,16 +233,14 @@ def main(argv: list[str] | None = None) -> dict:
                 record = measure(engine, tier, duration, steps)
                 entry["requests"].append(record)
                 print(json.dumps({"placement": placement, **record}), flush=True)
+                write(result, args.out)  # after every request: a later one may not come back
         from engine.stages import encode_text
 
         embeds[placement] = encode_text(components, PROMPT).float().cpu()
         components.path = saved_path
-        result["placements"][placement] = entry
-        (Path(args.out)).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "memory_bench.json").write_text(json.dumps(result, indent=1))
     first = next(iter(embeds.values()))
     result["same_conditioning_every_placement"] = all(torch.equal(first, e) for e in embeds.values())
-    (Path(args.out) / "memory_bench.json").write_text(json.dumps(result, indent=1))
+    write(result, args.out)
     print(json.dumps({k: v for k, v in result.items() if k != "placements"}, indent=1))
     return result
 

@@ -45,6 +45,7 @@ class Clip:
     compiles: dict = field(default_factory=dict)
     untrained: list[str] = field(default_factory=list)
     peak_memory_mb: float | None = None
+    stage_peak_memory_mb: dict = field(default_factory=dict)  # CUDA: stage -> its own peak (MiB), as `timings`
     task: str = "t2va"  # t2va, fl2va (keyframes) or ref2va (reference images)
     inputs: dict = field(default_factory=dict)  # the conditioning inputs by field, described (sha256, size)
 
@@ -67,7 +68,8 @@ class Clip:
             duration_seconds=self.duration_seconds, requested_duration=self.requested_duration,
             aspect_ratio=self.aspect_ratio, short_edge=self.short_edge, timings=self.timings,
             inference_time_s=self.inference_time_s, steps=self.steps, lora=self.lora, compiles=self.compiles,
-            untrained=self.untrained, peak_memory_mb=self.peak_memory_mb, task=self.task, inputs=self.inputs,
+            untrained=self.untrained, peak_memory_mb=self.peak_memory_mb,
+            stage_peak_memory_mb=self.stage_peak_memory_mb, task=self.task, inputs=self.inputs,
         ).to_json()
 
     def save(self, path: str | Path) -> tuple[Path, Path]:

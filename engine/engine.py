@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,15 +44,25 @@ from engine.tasks import (
     transformer_for,
 )
 from engine.tiers import TierPlan, TierTable
-from engine.weight_undo import WeightRestoreError
 
 if TYPE_CHECKING:
     from engine.distributed import ParallelContext
 
 
 class _Timer:
+    """Seconds per stage and, on a CUDA device, the peak memory allocated in each (MiB): the peak statistic is read
+    and reset at every stage boundary, so a stage's figure is its own and `peak_mb` is the request's."""
+
     def __init__(self):
         self.timings: dict[str, float] = {}
+        self.peaks_mb: dict[str, float] = {}
+        self.cuda = False
+
+    def track_memory(self, device: torch.device) -> None:
+        """From now on (under the engine's lock: the statistic is the process's), record peaks on a CUDA device."""
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(device)
 
     @contextlib.contextmanager
     def stage(self, name: str):
@@ -60,6 +71,14 @@ class _Timer:
             yield
         finally:
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+            if self.cuda:
+                peak = torch.cuda.max_memory_allocated() / 2**20
+                self.peaks_mb[name] = max(self.peaks_mb.get(name, 0.0), peak)
+                torch.cuda.reset_peak_memory_stats()
+
+    @property
+    def peak_mb(self) -> float | None:
+        return max(self.peaks_mb.values(), default=None) if self.cuda else None
 
 
 class _TierControl:
@@ -237,8 +256,7 @@ class Engine:
 
     def _generate(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> Clip:
         components = self.components
-        if components.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
+        timer.track_memory(components.device)
         result = self._denoise(request, timer, on_step, cancel)
         canvas, layout = result.canvas, result.layout
         with timer.stage("decode_video"):
@@ -260,7 +278,7 @@ class Engine:
             aspect_ratio=request.aspect_ratio, short_edge=request.short_edge, timings=timer.timings,
             steps=result.step_records, lora=lora_report, compiles=result.compiles, untrained=untrained,
             task=request.task, inputs=request.inputs(),
-            peak_memory_mb=(torch.cuda.max_memory_allocated() / 2**20 if components.device.type == "cuda" else None),
+            peak_memory_mb=timer.peak_mb, stage_peak_memory_mb=dict(timer.peaks_mb),
         )
 
     def _compile_report(self, runtime: AttentionRuntime | None) -> dict:
@@ -321,6 +339,13 @@ class Engine:
                 cache = FirstBlockCache(tier.cache, plan, measure)
                 cache.install(transformer)
             yield _TierControl(runtime, cache), lora_report, runtime
+        except BaseException as error:
+            # The traceback keeps the failed step's frames, and with them its activations, alive: an out-of-memory
+            # error would leave no room to recompute the LoRA delta that restores the base weights (seen on the
+            # H200: a turbo-sparse request at 14.375 s ran out inside a block and then again inside `unmerge`).
+            # Their locals are not needed to report the error.
+            traceback.clear_frames(error.__traceback__)
+            raise
         finally:
             if cache:
                 cache.remove()
@@ -338,9 +363,10 @@ class Engine:
                 start = time.perf_counter()
                 try:
                     handle.remove()
-                except WeightRestoreError as error:
+                except Exception as error:  # WeightRestoreError, or anything (out of memory) that stopped a restore
                     self.damaged = (f"the engine stopped serving: a merged LoRA's base weights could not be restored "
-                                    f"bit for bit ({error}); restart it to reload the checkpoint")
+                                    f"bit for bit ({type(error).__name__}: {error}); restart it to reload the "
+                                    "checkpoint")
                     raise RuntimeError(self.damaged) from error
                 if lora_report is not None and lora_report["merged_layers"]:
                     lora_report["restore_s"] = time.perf_counter() - start

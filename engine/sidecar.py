@@ -57,6 +57,7 @@ class ClipSidecar:
     lora: dict[str, Any] | None = None
     compiles: dict[str, Any] = field(default_factory=dict)
     untrained: list[str] = field(default_factory=list)
+    stage_peak_memory_mb: dict[str, float] = field(default_factory=dict)  # CUDA: stage -> its own peak (MiB)
     task: str = "t2va"
     inputs: dict[str, Any] = field(default_factory=dict)
     # remote clips
@@ -71,7 +72,7 @@ class ClipSidecar:
             for name in ("inference_time_source", "client_time_s", "remote"):
                 data.pop(name)
         else:
-            for name in ("padded_tokens", "lora", "compiles", "untrained", "task", "inputs"):
+            for name in ("padded_tokens", "lora", "compiles", "untrained", "stage_peak_memory_mb", "task", "inputs"):
                 data.pop(name)
         return data
 
