@@ -101,9 +101,10 @@ def save_for_reload(components, folder: Path) -> Path:
     return folder
 
 
-def measure(engine, tier: str, duration: float, steps: int) -> dict:
-    """One request's peaks (whole request and per stage, GiB), stage timings and the computed peak beside them. An
-    out-of-memory request is a result too: recorded with the stage it reached, and the bench goes on."""
+def measure(engine, plan, tier: str, duration: float, steps: int) -> dict:
+    """One request's peaks (whole request and per stage, GiB), stage timings and, beside them, the peak per phase
+    that `plan` (engine.memory.MemoryPlan: the placement being run) computes. An out-of-memory request is a result
+    too: recorded, and the bench goes on."""
     device = engine.components.device
     record = {"tier": tier, "duration_s": duration, "steps": steps}
     if device.type == "cuda":
@@ -112,8 +113,9 @@ def measure(engine, tier: str, duration: float, steps: int) -> dict:
     if engine.memory is not None:
         tokens = len(engine.components.tokenizer(PROMPT, add_special_tokens=False)["input_ids"])
         cost = engine.memory.cost(duration, tokens, tier=tier)
-        phase, peak = engine.memory.plan.peak(cost)
+        phase, peak = plan.peak(cost)
         record["peak_GiB_computed"], record["peak_phase_computed"] = peak / 2**30, phase
+        record["phases_GiB_computed"] = {name: round(value / 2**30, 3) for name, value in plan.phases(cost).items()}
     _sync(device)
     start = time.perf_counter()
     try:
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
         # the point, and one device call has 600 s).
         for tier, duration, steps in requests:
             if placement == placements[0] or tier == tiers[0]:
-                record = measure(engine, tier, duration, steps)
+                record = measure(engine, plan, tier, duration, steps)
                 entry["requests"].append(record)
                 print(json.dumps({"placement": placement, **record}), flush=True)
                 write(result, args.out)  # after every request: a later one may not come back
