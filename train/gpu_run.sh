@@ -24,7 +24,7 @@
 # Issue 15's shape check, from the shipped model itself (no CK; MODEL, default assets/nano, is in the working tree):
 #   stage 10: the video decoder alone (encoder frozen, so the shipped transformer's latents stay valid) from the
 #            shipped VAE, with the silhouette loss (train/losses.py: the tracker's colour mask, softly) on top of the
-#            weighted L1 and the colour loss, for SECS seconds (default 480); the round trip of 24 training clips
+#            weighted L1 and the colour loss, for SECS seconds (default 450); the round trip of 24 training clips
 #            (tracker colour, motion, shape) is printed before and after. $OUT gets video_vae.safetensors (fp16,
 #            the same keys as MODEL/vae/diffusion_pytorch_model.safetensors), train_log.json and stdout.log.
 #            Needs only the .whl carried: CK, layouts and the text table are not used.
@@ -132,7 +132,7 @@ case $stage in
     tar cf "$OUT/audio.tar" -C /tmp a9 a9.log
     tar cf "$OUT/vae.tar" -C /tmp v9 v9.log ;;
   10)
-    secs=${SECS:-480}
+    secs=${SECS:-450}
     timeout $((secs + 100)) python3 -m train.train_nano --out "$OUT" --mirror /tmp/ck10 \
       --vae-from-model "${MODEL:-assets/nano}" --phases video_vae --vae-decoder-only --roundtrip-before \
       --silhouette-weight 1 --vae-batch 24 --vae-lr 5e-4 --vae-seconds "$secs" --budget $((secs + 90)) \
