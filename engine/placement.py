@@ -11,8 +11,8 @@ and the guard that refuses a request before it starts.
   request of the tier that needs the most.
 - `apply_plan(components, plan)`: resident puts the conditioner on the GPU; offload keeps it in CPU memory and
   moves it onto the GPU only to encode; reload frees it after encoding and reads it from disk for the next prompt.
-  Both hang off forward pre-hooks (on the conditioner: bring it; on the transformer: send it away), so the stages
-  are unchanged.
+  Both hang off the conditioner's forward hooks (before: bring it; after: send it away), so the stages are
+  unchanged.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def plan_for(root: str | Path, machine: Machine, geometry, fp8: bool = False, ti
 
 def apply_plan(components, plan: MemoryPlan | None) -> list:
     """Put the conditioner where `plan` says. resident/sharded (or no plan): on the engine's device. offload: in
-    CPU memory, moved onto the GPU to encode and back when the transformer starts. reload: the same, but dropped
+    CPU memory, moved onto the GPU to encode and back right after. reload: the same, but dropped
     (meta) after encoding and read from disk again for the next prompt. Returns the hook handles."""
     encoder, device = components.text_encoder, components.device
     if encoder is None:
@@ -158,7 +158,7 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
             encoder.to(device)
         return args, kwargs
 
-    def send_away(module, args, kwargs):
+    def send_away(module, args, output):
         if on_device(next(encoder.parameters()).device, device):
             if reload:
                 _drop_parameters(encoder)
@@ -166,12 +166,12 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
                 encoder.to("cpu")
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        return args, kwargs
 
-    # Whichever transformer denoises (ref2va's `transformer_ref` too) sends the conditioner away first.
-    transformers = [t for t in (components.transformer, getattr(components, "transformer_ref", None)) if t is not None]
+    # Sent away as soon as it has encoded (even if the encode failed), not when the transformer starts: a tier that
+    # merges its LoRA does so before the first transformer call, and on the H200 that merge ran with the 47.8 GiB
+    # conditioner still on the GPU (turbo-sparse at 14.375 s: 125.5 GiB measured where the plan counts 82.4).
     return [encoder.model.register_forward_pre_hook(bring, with_kwargs=True),
-            *(t.register_forward_pre_hook(send_away, with_kwargs=True) for t in transformers)]
+            encoder.model.register_forward_hook(send_away, always_call=True)]
 
 
 def on_device(where: torch.device, device: torch.device) -> bool:
