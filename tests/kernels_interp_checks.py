@@ -1,7 +1,9 @@
 """Interpreter checks of the Triton kernels at small shapes, run in a subprocess by tests/test_kernels.py.
 
 `TRITON_INTERPRET=1` has to be set before triton is imported and changes how every `@triton.jit` in the process
-behaves, so these checks live in their own process. Prints one JSON object {check: [ok, detail]} on the last line.
+behaves, so these checks live in their own process. Prints one JSON object {check: [ok, detail, seconds]} on the last
+line. With check names as arguments (`python -m tests.kernels_interp_checks qk_norm_rope select_tiles`) only those
+run.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_reference  # noqa: E
 from kernels.residual_gate import residual_gate, residual_gate_, residual_gate_reference  # noqa: E402
 
 RESULTS: dict[str, list] = {}
+SELECTED = set(sys.argv[1:])  # empty: every check
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -37,6 +40,8 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def check(name):
     def deco(fn):
+        if SELECTED and name not in SELECTED:
+            return fn
         t0 = time.time()
         # Each check draws its inputs from its own seed: the same inputs whichever checks run, in whatever order.
         torch.manual_seed(zlib.crc32(name.encode()))
@@ -346,5 +351,7 @@ def _():
 
 
 if __name__ == "__main__":
+    if SELECTED - RESULTS.keys():
+        sys.exit(f"unknown checks: {sorted(SELECTED - RESULTS.keys())}")
     print(json.dumps(RESULTS))
     sys.exit(0)
