@@ -38,7 +38,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 CONFIGS = ROOT / "assets" / "h3-configs"
 PROMPT = "a small red ball bounces across a wooden table while a dog watches from the floor"
@@ -116,6 +115,7 @@ def measure(engine, plan, tier: str, duration: float, steps: int) -> dict:
         phase, peak = plan.peak(cost)
         record["peak_GiB_computed"], record["peak_phase_computed"] = peak / 2**30, phase
         record["phases_GiB_computed"] = {name: round(value / 2**30, 3) for name, value in plan.phases(cost).items()}
+    engine._prompt_embeds.clear()  # every request encodes: the placement's encode is what is measured
     _sync(device)
     start = time.perf_counter()
     try:

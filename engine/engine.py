@@ -17,6 +17,7 @@ import contextlib
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,8 @@ from engine.tiers import TierPlan, TierTable
 
 if TYPE_CHECKING:
     from engine.distributed import ParallelContext
+
+PROMPT_CACHE_SIZE = 8  # prompts whose conditioning the single-process engine keeps (a few MB each at full size)
 
 
 class _Timer:
@@ -132,7 +135,8 @@ class Engine:
         self.memory = (plan_for(components.path, machine, components.geometry, fp8,
                                 table if parallel is None else None) if machine is not None else None)
         self._placement_hooks = apply_plan(components, self.memory.plan if self.memory else None)
-        self.tiers = tiers or TierTable.load()
+        self.tiers = table
+        self._prompt_embeds: OrderedDict[str, torch.Tensor] = OrderedDict()  # `_encoded`'s cache
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
         self._lock = threading.Lock()
         self._loras: dict[tuple[str, float, int], object] = {}
@@ -222,7 +226,7 @@ class Engine:
                 if self.parallel is not None:
                     prompt_embeds = self.parallel.encode_text(components, request.prompt)
                 else:
-                    prompt_embeds = encode_text(components, request.prompt)
+                    prompt_embeds = self._encoded(request.prompt)
             with timer.stage("plan"):
                 canvas = resolve_canvas(components.geometry, request.duration_seconds, request.aspect_ratio,
                                         request.short_edge)
@@ -370,6 +374,17 @@ class Engine:
                     raise RuntimeError(self.damaged) from error
                 if lora_report is not None and lora_report["merged_layers"]:
                     lora_report["restore_s"] = time.perf_counter() - start
+
+    def _encoded(self, prompt: str) -> torch.Tensor:
+        """The prompt's conditioning, encoded once for the last few prompts: a pair encodes one prompt twice, and an
+        offloaded conditioner costs 11-38 s of moving per encode on the H200 (BENCHMARKS.md, issue 23)."""
+        cached = self._prompt_embeds.pop(prompt, None)
+        if cached is None:
+            cached = encode_text(self.components, prompt)
+        self._prompt_embeds[prompt] = cached  # most recent last
+        while len(self._prompt_embeds) > PROMPT_CACHE_SIZE:
+            self._prompt_embeds.popitem(last=False)
+        return cached.clone()  # the cached copy is never handed out
 
     def _fp8_for(self, transformer: torch.nn.Module) -> dict:
         """The fp8 weights of `transformer`'s blocks, quantized on first use and kept (the main one at load)."""
