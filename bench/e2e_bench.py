@@ -38,11 +38,9 @@ from pathlib import Path
 
 import torch
 
+from engine.tiers import DEFAULT_TIERS, TierTable
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from engine.tiers import DEFAULT_TIERS, TierTable  # noqa: E402
-
 TIER_BENCH = ROOT / "bench" / "results" / "tier_bench.json"
 PROMPTS = {  # mixed mode cycles through these: 4 to 40 words
     "short": "a red ball bounces",

@@ -2,7 +2,7 @@
 (FLIP and LPIPS off), at the nano canvas (224x128) and the full 1344x768, 24 frames of a held-out-recipe scene, for a
 ghosted and a clean candidate.
 
-    python bench/ghost_cost.py [--repeat 3] [--detector PATH]
+    python -m bench.ghost_cost [--repeat 3] [--detector PATH]
 
 --detector PATH loads another ghost.py in place of studio/quality/ghost.py (e.g. a copy of an earlier version from
 `git show REV:studio/quality/ghost.py`), so before/after can be timed in one process on the same machine state.
@@ -18,15 +18,12 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench import ghost_heldout_scenes as scenes  # noqa: E402
-from studio.quality import ClipData, compare_clips  # noqa: E402
-from studio.quality import compare as compare_module  # noqa: E402
-from studio.quality.analysis import analysis_factor, planes_of_frame, stack_planes  # noqa: E402
-from studio.quality.metrics import motion  # noqa: E402
+from bench import ghost_heldout_scenes as scenes
+from studio.quality import ClipData, compare_clips
+from studio.quality import compare as compare_module
+from studio.quality.analysis import analysis_factor, planes_of_frame, stack_planes
+from studio.quality.metrics import motion
 
 
 def load_detector(path: str | None):

@@ -11,7 +11,7 @@ compare_clips (FLIP and LPIPS off: only the ghost verdict is read).
 Targets: recall >= 95 % at opacity >= 10 % for copies displaced by at least MIN_VISIBLE of the short side (a copy
 closer than that overlaps its subject; recall below it is reported apart), false positives <= 2 %.
 
-    python bench/ghost_heldout.py [--scenes 48] [--workers 2] [--out bench/results/ghost_heldout.json]
+    python -m bench.ghost_heldout [--scenes 48] [--workers 2] [--out bench/results/ghost_heldout.json]
 
 Writes the results JSON (every case) and prints a summary. Nothing here was used to tune the detector's settings
 except where the JSON's "tuning_note" says so.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -31,10 +30,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench import ghost_heldout_scenes as scenes  # noqa: E402
-from studio.quality import ClipData, GhostParams, compare_clips  # noqa: E402
+from bench import ghost_heldout_scenes as scenes
+from studio.quality import ClipData, GhostParams, compare_clips
 
 SEED = 2027
 CANVASES = ((224, 128), (448, 256), (640, 360), (960, 544), (1344, 768))
@@ -59,7 +56,8 @@ def make_cases(scene_count: int, seed: int = SEED, first_scene: int = 0) -> list
         for _ in range(3):
             kind = HARMLESS[harmless % len(HARMLESS)]
             harmless += 1
-            cases.append({**stage, "kind": kind, "arg": _harmless_arg(kind, rng, width), "seed": int(rng.integers(1e6))})
+            cases.append({**stage, "kind": kind, "arg": _harmless_arg(kind, rng, width),
+                          "seed": int(rng.integers(1e6))})
     return cases
 
 

@@ -1,6 +1,6 @@
 """CPU benchmark of the embedded h3-nano: cold start, then every tier's 5 s clip per stage (load excluded).
 
-    python bench/nano_bench.py [--repeats 3] [--duration 5] [--threads N] [--out bench/results/nano_cpu.md]
+    python -m bench.nano_bench [--repeats 3] [--duration 5] [--threads N] [--out bench/results/nano_cpu.md]
 
 Targets (issue 15): a 5 s nano pair (baseline + turbo) ≤ 30 s on the 2-core CPU, cold start ≤ 15 s. Cold start is
 a fresh Python process from spawn until `Engine.load()` returns (imports and weights). Each tier then runs once to
@@ -18,8 +18,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 STAGES = ("encode_text", "prepare_noise", "denoise", "decode_video", "decode_audio", "mux")
 
@@ -77,7 +75,7 @@ def main() -> None:
         f"### h3-nano on CPU, {args.duration:g} s clip ({datetime.date.today()}, {os.cpu_count()} cores, "
         f"{platform.processor() or platform.machine()}, load average {load:.1f} at the end)",
         "",
-        f"Command: `python bench/nano_bench.py --repeats {args.repeats} --duration {args.duration:g}"
+        f"Command: `python -m bench.nano_bench --repeats {args.repeats} --duration {args.duration:g}"
         f"{f' --threads {args.threads}' if args.threads else ''}` ({threads} torch threads)",
         "",
         "| tier | steps | total s | " + " | ".join(STAGES) + " | cache hits | sparse steps |",

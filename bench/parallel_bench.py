@@ -27,11 +27,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from engine.distributed import SAFE_NCCL_ENV  # noqa: E402
+from engine.distributed import SAFE_NCCL_ENV
 
 LAYOUTS = {  # name -> (text rows, latent frames, latent height, latent width, audio latents per channel)
     "5s": (50, 37, 48, 84, 207),  # 37,760 rows

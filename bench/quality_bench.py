@@ -4,7 +4,7 @@ Synthesises a baseline and a ghosted candidate (studio.quality.synth), writes bo
 (not timed), then times what the studio and the CLI do per pair: read_clip twice, compare_clips, summary().
 Target (issue 6): <= 20 s on the 2-core CPU. Prints one markdown table row per run plus the median.
 
-    python bench/quality_bench.py [--repeat 3] [--frames 124] [--no-lpips]
+    python -m bench.quality_bench [--repeat 3] [--frames 124] [--no-lpips]
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ import datetime
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from studio.quality import ClipData, compare_clips, read_clip, synth, write_clip  # noqa: E402
+from studio.quality import ClipData, compare_clips, read_clip, synth, write_clip
 
 
 def cpu_name() -> str:
@@ -68,7 +65,7 @@ def main() -> None:
             totals.append(total)
             result = (f"ghosting={summary['ghosting']} score={summary['ghost_score']} "
                       f"lpips={summary['lpips_delta']} desync={summary['audio']['desync_ms']} ms")
-            print(f"| {datetime.date.today()} | {device} | python bench/quality_bench.py | {total:.1f} ({decode:.1f}) "
+            print(f"| {datetime.date.today()} | {device} | python -m bench.quality_bench | {total:.1f} ({decode:.1f}) "
                   f"| {summary['frames']} frames 1344x768, {result} |")
         print(f"\nmedian {statistics.median(totals):.1f} s, min {min(totals):.1f} s over {len(totals)} runs "
               f"(target <= 20 s for 124 frames)")

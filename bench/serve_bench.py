@@ -1,6 +1,6 @@
 """Serving benchmark: real requests to a running studio's SGLang-compatible /v1/videos, as a server sees them.
 
-    python bench/serve_bench.py --url http://127.0.0.1:7860 --tier sol --requests 8 [--mixed|--repeat] \
+    python -m bench.serve_bench --url http://127.0.0.1:7860 --tier sol --requests 8 [--mixed|--repeat] \
         [--compare] [--json OUT.json] [--duration 5] [--steps N]
 
 `--mixed` draws prompts of varied lengths from assets/prompts/mixed.txt (every new packed length may cost a

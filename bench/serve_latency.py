@@ -1,6 +1,6 @@
 """Serving latency of the studio: cold start to /health 200, and status polls while the engine is busy.
 
-    python bench/serve_latency.py [--cold-runs 2] [--poll-seconds 20] [--out bench/results/serve_latency.md]
+    python -m bench.serve_latency [--cold-runs 2] [--poll-seconds 20] [--out bench/results/serve_latency.md]
 
 Each cold start launches ``python app.py`` (REST + Gradio UI, embedded nano model, fresh data dir) and polls
 /health every 50 ms until it answers 200. The poll test keeps the engine busy with long clips and measures,
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_latency.md"))
     parser.add_argument("--no-write", action="store_true", help="print the report only")
     args = parser.parse_args(argv)
-    command = "python " + " ".join(shlex.quote(a) for a in ["bench/serve_latency.py", *(argv or sys.argv[1:])])
+    command = "python -m " + " ".join(shlex.quote(a) for a in ["bench.serve_latency", *(argv or sys.argv[1:])])
     device_before = device_line()
     cold = []
     with tempfile.TemporaryDirectory(prefix="h3-serve-latency-") as tmp:

@@ -30,11 +30,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.step_bench import packed_inputs  # noqa: E402
-from engine.attention import AttentionRuntime, install_processors, restore_processors, tile_row_order  # noqa: E402
-from engine.tiers import SparseSpec, TierPlan, TierSpec  # noqa: E402
+from bench.step_bench import packed_inputs
+from engine.attention import AttentionRuntime, install_processors, restore_processors, tile_row_order
+from engine.tiers import SparseSpec, TierPlan, TierSpec
 
 POD_RATE_4GPU = 13.16  # $/h for 4×H100 (h3-facts §7)
 REQUESTS = {"5s": (37, 207), "14.375s": (102, 575)}  # latent frames, audio latents per channel (1344×768)

@@ -1,5 +1,5 @@
 """The ghost detector on a small, fixed part of the held-out set (bench/ghost_heldout.py; the whole set is a bench
-command: `python bench/ghost_heldout.py`, results in bench/results/ghost_heldout.json).
+command: `python -m bench.ghost_heldout`, results in bench/results/ghost_heldout.json).
 
 Two 224x128 scenes of the held-out recipe: ghosts at lags the old search did not list (+7) and leads (-5, -6),
 two of them at 11-12 % opacity, must be flagged; a flickering, a shifted, a delayed (half a frame and one frame)

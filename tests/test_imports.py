@@ -1,5 +1,8 @@
 """The project's import graph: no cycles, imports run one way, no module over the line limit (issue 22).
 
+Scripts under bench/ and train/ run as modules from the repository root (`python -m bench.nano_bench`), so no
+project file edits `sys.path` to find the packages; a test keeps it that way.
+
 The graph is read from the source with `ast` (nothing is imported, so the test runs without torch or diffusers)
 and counts every import: module level, inside functions and under `TYPE_CHECKING`, since each of them ties two
 modules together. An edge goes to the most specific project module named (`from engine import layout` is an edge
@@ -10,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -110,6 +115,28 @@ def long_modules(root: Path, limit: int = LINE_LIMIT) -> dict[str, int]:
     return {name: count for name, count in sorted(counts.items()) if count > limit}
 
 
+# Top-level directories never searched for sys.path edits: the tests (pytest's pythonpath setting makes the root
+# importable for them) and the ignored outputs and assets; hidden directories (.venv, .git, .whl) are skipped anywhere.
+PATH_EDIT_SKIP = ("tests", "out", "data", "assets")
+PATH_EDIT = re.compile(r"sys\.path\.(insert|append)\b")
+
+
+def path_edits(root: Path) -> list[str]:
+    """'file:line' for every sys.path.insert/append in a project .py file outside tests/ (scripts run with -m)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        top = Path(folder) == root
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__"
+                         and not (top and d in PATH_EDIT_SKIP))
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = Path(folder) / name
+                for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                    if PATH_EDIT.search(line):
+                        found.append(f"{path.relative_to(root).as_posix()}:{number}")
+    return found
+
+
 # ------------------------------------------------------------------------------------------------ the project
 
 
@@ -126,6 +153,10 @@ def test_no_module_over_the_line_limit():
     assert {name: count for name, count in over.items() if name not in OVER_LIMIT} == {}, \
         f"split these modules (limit {LINE_LIMIT} lines)"
     assert sorted(set(OVER_LIMIT) - set(over)) == [], "now under the limit: remove them from OVER_LIMIT"
+
+
+def test_no_script_edits_sys_path():
+    assert path_edits(ROOT) == [], "run the script as a module from the repository root (python -m bench.x)"
 
 
 # ------------------------------------------------------------------------------------- the checks themselves
@@ -173,6 +204,19 @@ def test_engine_importing_studio_or_db_is_reported(tmp_path):
 def test_long_modules_are_listed(tmp_path):
     root = _tree(tmp_path, {"engine/__init__.py": "", "engine/big.py": "x = 1\n" * 801, "engine/ok.py": "x = 1\n"})
     assert long_modules(root) == {"engine/big.py": 801}
+
+
+def test_sys_path_edits_are_found_outside_tests(tmp_path):
+    root = _tree(tmp_path, {
+        "app.py": "import sys\n",
+        "bench/x.py": "import sys\nfrom pathlib import Path\nsys.path.insert(0, str(Path(__file__).parent))\n",
+        "train/y.py": "def main():\n    import sys\n    sys.path.append('..')\n",
+        "tools/z.py": "import sys; sys.path.insert(0, '.')\n",
+        "studio/data/w.py": "import sys\nsys.path.append('.')\n",
+        "tests/test_x.py": "import sys\nsys.path.insert(0, '.')\n",
+        ".venv/lib/site.py": "import sys\nsys.path.append('x')\n",
+    })
+    assert path_edits(root) == ["bench/x.py:3", "studio/data/w.py:2", "tools/z.py:1", "train/y.py:3"]
 
 
 @pytest.mark.parametrize("module", ["engine.engine", "engine.attention", "studio.service"])

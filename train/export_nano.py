@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import torch
@@ -75,7 +74,6 @@ def export(checkpoints: Path, out: Path, lora_out: Path | None = None, text: Pat
 
 
 def main() -> None:
-    sys.path.insert(0, str(ROOT))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", type=Path)
     parser.add_argument("out", type=Path)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -27,12 +26,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from train import configs
+from train.dataset import FPS, NUM_FRAMES, SHAPES, render_video, sample_specs, trajectory
+from train.run import from_vae_space, to_vae_space
 
-from train import configs  # noqa: E402
-from train.dataset import FPS, NUM_FRAMES, SHAPES, render_video, sample_specs, trajectory  # noqa: E402
-from train.run import from_vae_space, to_vae_space  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_vae(folder: Path | str = ROOT / "assets" / "nano" / "vae", weights: Path | None = None):

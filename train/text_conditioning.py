@@ -24,14 +24,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
 TEXT_ENCODER_LAYER = 50
 QWEN_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                        "<|image_pad|>", "<|video_pad|>"]
@@ -204,7 +202,6 @@ def train_text_encoder(text_encoder, tokenizer, seconds: float, seed: int, log: 
 
 
 def main() -> None:
-    sys.path.insert(0, str(ROOT))
     from train.dataset import all_captions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

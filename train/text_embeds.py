@@ -10,7 +10,6 @@ exactly the conditioning the engine computes at inference. Stored as one padded 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -37,7 +36,6 @@ def build_table(captions: list[str], model: Path | None = None) -> dict:
 
 
 def main() -> None:
-    sys.path.insert(0, str(ROOT))
     from train.dataset import all_captions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

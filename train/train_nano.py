@@ -24,7 +24,6 @@ import argparse
 import copy
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -32,12 +31,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from train import configs  # noqa: E402
-from train.audio_vae import audio_from, train_audio_vae  # noqa: E402
-from train.dataset import (  # noqa: E402
+from train import configs
+from train.audio_vae import audio_from, train_audio_vae
+from train.dataset import (
     BACKGROUNDS,
     COLOURS,
     MOTIONS,
@@ -52,7 +48,7 @@ from train.dataset import (  # noqa: E402
     render_video,
     sample_specs,
 )
-from train.flow import (  # noqa: E402
+from train.flow import (
     AUDIO_SHIFT,
     VIDEO_SHIFT,
     Lora,
@@ -63,8 +59,8 @@ from train.flow import (  # noqa: E402
     patchify,
     shift_sigma,
 )
-from train.losses import edge_ring, shape_colour_error, silhouette_error  # noqa: E402
-from train.run import (  # noqa: E402
+from train.losses import edge_ring, shape_colour_error, silhouette_error
+from train.run import (
     FILES,
     PHASES,
     Run,
@@ -76,7 +72,9 @@ from train.run import (  # noqa: E402
     seed_all,
     to_vae_space,
 )
-from train.widen import widen_transformer, widen_video_vae  # noqa: E402
+from train.widen import widen_transformer, widen_video_vae
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Phase 1: video VAE

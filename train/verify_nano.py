@@ -25,18 +25,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from train.dataset import NUM_TEMPLATES, caption, content_tuples
+from train.metrics import ssim, track
 
-from train.dataset import NUM_TEMPLATES, caption, content_tuples  # noqa: E402
-from train.metrics import ssim, track  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SEED = 42
 
