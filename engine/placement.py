@@ -146,7 +146,9 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
         return []
     folder, dtype = Path(components.path) / "text_encoder", components.dtype
     reload = plan.placement == "reload"
-    encoder.to("cpu")
+    host = None if reload else HostCopy(encoder)
+    if reload:
+        encoder.to("cpu")
 
     def bring(module, args, kwargs):
         parameter = next(encoder.parameters())
@@ -155,7 +157,7 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
 
             encoder.load_state_dict(load_conditioner(folder, dtype, device).state_dict(), assign=True)
         elif not on_device(parameter.device, device):
-            encoder.to(device)
+            host.to(device)
         return args, kwargs
 
     def send_away(module, args, output):
@@ -163,7 +165,7 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
             if reload:
                 _drop_parameters(encoder)
             else:
-                encoder.to("cpu")
+                host.home()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
 
@@ -172,6 +174,53 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
     # conditioner still on the GPU (turbo-sparse at 14.375 s: 125.5 GiB measured where the plan counts 82.4).
     return [encoder.model.register_forward_pre_hook(bring, with_kwargs=True),
             encoder.model.register_forward_hook(send_away, always_call=True)]
+
+
+class HostCopy:
+    """An offloaded module's tensors in host memory, pinned where CUDA can pin them. `to(device)` copies them onto the
+    device (asynchronously from pinned memory); `home()` points the module back at the host copies without copying,
+    since an encode changes no weight. On the H200 the unpinned round trip (`module.to`) cost 11-38 s per encode of
+    the 47.8 GiB conditioner (BENCHMARKS.md, issue 23)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.slots: list[tuple[torch.nn.Module, str, bool]] = []  # (owner, name, is a parameter), one per tensor
+        self.host: list[torch.Tensor] = []  # the host copy each slot points at
+        seen: dict[int, torch.Tensor] = {}  # tied tensors get one host copy
+        for owner in module.modules():
+            for is_parameter, table in ((True, owner._parameters), (False, owner._buffers)):
+                for name, tensor in table.items():
+                    if tensor is not None:
+                        if id(tensor) not in seen:
+                            seen[id(tensor)] = _pinned(tensor.detach().to("cpu"))
+                        self.slots.append((owner, name, is_parameter))
+                        self.host.append(seen[id(tensor)])
+        self.unique = list(seen.values())
+        self.home()
+
+    def to(self, device: torch.device) -> None:
+        self._point({id(h): h.to(device, non_blocking=True) for h in self.unique})
+
+    def home(self) -> None:
+        self._point({id(h): h for h in self.unique})
+
+    def _point(self, by_host: dict[int, torch.Tensor]) -> None:
+        parameters: dict[int, torch.nn.Parameter] = {}  # one Parameter per tensor, so tied weights stay tied
+        for (owner, name, is_parameter), host in zip(self.slots, self.host):
+            if is_parameter:
+                if id(host) not in parameters:
+                    parameters[id(host)] = torch.nn.Parameter(by_host[id(host)], requires_grad=False)
+                owner._parameters[name] = parameters[id(host)]
+            else:
+                owner._buffers[name] = by_host[id(host)]
+
+
+def _pinned(tensor: torch.Tensor) -> torch.Tensor:
+    if not torch.cuda.is_available():
+        return tensor
+    try:
+        return tensor.pin_memory()
+    except RuntimeError:  # the host cannot lock that much memory: pageable, slower copies
+        return tensor
 
 
 def on_device(where: torch.device, device: torch.device) -> bool:
