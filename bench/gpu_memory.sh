@@ -6,9 +6,9 @@
 # Default (REQUESTS): with the conditioner resident, baseline (1 step), sol (20 steps: its cache refuses fewer, and
 # steps 10+ are sparse) and turbo (1 step, LoRA merged) at 5 s; baseline (1 step) and turbo-sparse (2 steps: dense,
 # then sparse) at 14.375 s; then baseline at both durations with the conditioner offloaded. The peak is inside a
-# step and in the decode. About 1 min to install and build the 33B transformer plus the 47.8 GiB conditioner with
-# random weights, then per step ~7 s dense / ~3 s sparse at 5 s and ~36 s dense at 14.375 s, plus each decode
-# (~9 s / ~20 s): about 7-8 min, inside 600 s. Reload writes the conditioner to
+# step and in the decode. Measured on the H200 (2026-12-04): the build takes under a minute; a request ~20 s at
+# 5 s (sol's 20 steps 82 s) and ~67 s at 14.375 s (one dense step 35 s, decode 24 s); an offloaded encode 11-38 s
+# before pinned host memory. The default set runs about 6 min; split it with REQUESTS if the call limit is near. Reload writes the conditioner to
 # disk (48 GiB): add it alone, `REQUESTS=baseline@5 bash bench/gpu_memory.sh --placements reload`.
 # Copy $OUT/memory_bench.json to bench/results/memory_bench_h200.json and fill BENCHMARKS.md's table from it.
 set -o pipefail
