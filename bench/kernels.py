@@ -82,7 +82,7 @@ def guarded(name):
                 out = fn(*a, **kw)
                 log(f"{name}: done in {time.time() - t0:.1f}s")
                 return out
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - one failed section is reported; the others still run
                 log(f"{name}: FAILED {type(exc).__name__}: {exc}")
                 RESULTS.setdefault("errors", {})[name] = traceback.format_exc()[-3000:]
                 torch.cuda.synchronize()
@@ -105,7 +105,7 @@ def ceilings():
     n = 1 << 30  # 1 Gi bf16 elements = 2 GiB, copy moves 4 GiB
     a = torch.randn(n // 1024, 1024, device="cuda").bfloat16().view(-1)
     b = torch.empty_like(a)
-    t = timed(lambda: b.copy_(a))
+    t = timed(lambda a=a, b=b: b.copy_(a))
     copy_gbs = 2 * a.numel() * 2 / (t * 1e-3) / 1e9
     del a, b
     m = torch.randn(8192, 8192, device="cuda").bfloat16()
@@ -210,7 +210,7 @@ def bench_qk_norm_rope(S):
         named[name] = (var, blk, t, qk, nw)
         try:
             sweep[name] = timed(lambda: qr.qk_norm_rope(q, k, nq.weight, nk.weight, 1e-5, cos, sin))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a configuration that fails is recorded as such
             log(f"(b) {name} failed: {type(exc).__name__}: {str(exc)[:200]}")
     best = min(sweep, key=sweep.get)
     var, blk, t, qk, nw = named[best]
@@ -347,7 +347,7 @@ def bench_sparse(S, keep=0.1, sweep_configs=True):
         named[name] = dict(c)
         try:
             sweep[name] = timed(lambda: bsa._launch_attention(q, k, v, out, video_start, S, 64, ti))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a configuration that fails is recorded as such
             sweep[name] = f"failed: {type(exc).__name__}: {str(exc)[:200]}"
     ok = {n: t for n, t in sweep.items() if isinstance(t, float)}
     best = min(ok, key=ok.get)
@@ -414,10 +414,10 @@ def bench_flex(S, keep=0.1):
          "flops": flops, "effective_TFLOPs": {}}
     for name, opts in (("flex_64", {"BLOCK_M": 64, "BLOCK_N": 64}),):
         try:
-            r[f"{name}_ms"] = timed(lambda: flex(q, k, v, block_mask=bm, kernel_options=opts))
+            r[f"{name}_ms"] = timed(lambda opts=opts: flex(q, k, v, block_mask=bm, kernel_options=opts))
             r["effective_TFLOPs"][name] = attention_run(f"FlexAttention {name} (block mask given)", S, QB * 64,
                                                         r[f"{name}_ms"], flops, keep=keep)["effective_TFLOPs"]
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a configuration that fails is recorded as such
             r[f"{name}_ms"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
     RESULTS.setdefault("flex", {})[S] = r
     log(f"(d) flex S={S}: {r}")
@@ -443,12 +443,12 @@ def bench_fp8(S):
         w = (torch.randn(n, k, device="cuda") * 0.02).bfloat16()
         xq, wq = quantize_rows(x), quantize_weight(w)
         flops = 2 * S * n * k
-        bf16 = timed(lambda: F.linear(x, w))
-        fp8 = timed(lambda: fp8_linear(xq, wq))
+        bf16 = timed(lambda x=x, w=w: F.linear(x, w))
+        fp8 = timed(lambda xq=xq, wq=wq: fp8_linear(xq, wq))
         r["linears"][name] = {"bf16_ms": bf16, "fp8_ms": fp8, "bf16_TFLOPs": flops / (bf16 * 1e-3) / 1e12,
                               "fp8_TFLOPs": flops / (fp8 * 1e-3) / 1e12,
-                              "quantize_triton_ms": timed(lambda: quantize_rows(x)),
-                              "quantize_eager_ms": timed(lambda: quantize_rows_reference(x))}
+                              "quantize_triton_ms": timed(lambda x=x: quantize_rows(x)),
+                              "quantize_eager_ms": timed(lambda x=x: quantize_rows_reference(x))}
         del x, w, xq, wq
     r["linears_bf16_ms"] = sum(v["bf16_ms"] for v in r["linears"].values())
     r["linears_fp8_ms"] = sum(v["fp8_ms"] for v in r["linears"].values())
