@@ -75,6 +75,30 @@ def nano_components(nano_engine):
     return nano_engine.components
 
 
+@pytest.fixture(scope="session")
+def studio_url(tmp_path_factory):
+    """The browser tests' studio without sign-in (tests/test_ui_e2e.py's running_studio: a subprocess on a temp data
+    dir, approval rule 1 prompt from 1 reviewer), started once for the session: a start costs about 15 s (imports,
+    the nano, the first status tick). The tests on it make their own pairs and look at those, not at the totals."""
+    from tests.test_ui_e2e import running_studio
+
+    with running_studio(tmp_path_factory.mktemp("studio") / "data", "server") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def auth_studio_url(tmp_path_factory):
+    """The same with --auth (tests/test_ui_e2e.py's ACCOUNTS: alice a reviewer, root an admin), once per session."""
+    import json
+
+    from tests.test_ui_e2e import ACCOUNTS, running_studio
+
+    root = tmp_path_factory.mktemp("studio-auth")
+    (root / "users.json").write_text(json.dumps(ACCOUNTS))
+    with running_studio(root / "data", "server-auth", "--auth", str(root / "users.json")) as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """One intra-op thread while this module runs. Why: on the shared 2-core test machines torch's default two

@@ -1,6 +1,7 @@
 """Browser test of the fl2va UI (issue 21): a bad keyframe upload is refused next to its field, a first-frame
 pair is generated from the Generate tab, and Compare shows the keyframe beside both clips' first frames with their
-difference. Waits are on page state (selectors, text), never on time."""
+difference. Waits are on page state (selectors, text), never on time. The studio is the session's one without
+sign-in (conftest.py's studio_url)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from tests.test_ui_e2e import FINAL_PANEL, browser_page, pick, running_studio, shot, text_of, wait_for_pair_done
+from tests.test_ui_e2e import FINAL_PANEL, browser_page, pick, shot, text_of, wait_for_pair_done
 
 
 def _keyframe(path) -> None:
@@ -22,11 +23,11 @@ def _keyframe(path) -> None:
     path.write_bytes(buffer.getvalue())
 
 
-def test_first_frame_pair_from_generate_to_compare(tmp_path):
+def test_first_frame_pair_from_generate_to_compare(tmp_path, studio_url):
     keyframe, broken = tmp_path / "keyframe.png", tmp_path / "broken.png"
     _keyframe(keyframe)
     broken.write_bytes(b"this is not an image")
-    with running_studio(tmp_path / "data", "ui_conditioning") as url, browser_page(url) as page:
+    with browser_page(studio_url) as page:
         page.wait_for_selector("text=engine ready")
         page.wait_for_selector("#h3-tier-card:has-text('Availability')")
         page.fill("#h3-prompt textarea", "a red and blue card turns slowly")
@@ -37,7 +38,10 @@ def test_first_frame_pair_from_generate_to_compare(tmp_path):
         page.fill("#h3-baseline-steps textarea", "1")
         page.click("#h3-inputs button")
 
-        # A file that is not an image: refused under the first-frame upload, naming the field.
+        # A file that is not an image: refused under the first-frame upload, naming the field. As after clearing
+        # below, wait for the opened panel's drop zone first (a file set on an <input> about to be replaced is lost:
+        # this step timed out once on a loaded machine).
+        page.wait_for_selector("#h3-first-frame:has-text('Upload') input[type=file]", state="attached")
         page.set_input_files("#h3-first-frame input[type=file]", str(broken))
         page.wait_for_selector("#h3-first-frame:has-text('broken.png')")
         page.click("#h3-generate")

@@ -3,7 +3,9 @@
 The server runs in a subprocess (this file with ``--serve``): app.py's engine loader and UI factory, the REST app
 and the Gradio UI mounted at "/" exactly as app.py wires them, on 127.0.0.1 and a temp data dir. One difference
 from app.py's defaults: the approval rule needs 1 accepted prompt (not 3) from 1 reviewer (not 2), so one
-generated pair can be approved and exported within the test's time budget.
+generated pair can be approved and exported within the test's time budget. Two such servers, one without sign-in
+and one with --auth, serve every browser test of the session (conftest.py's studio_url and auth_studio_url), so
+each test checks its own pairs and configuration, not what the studio holds in all.
 
 Flow: open → field error → generate a pair with 1-step clips → compare (frame slider, synced playback, views)
 → review (name required, accept) → configuration approved → export and download the zip. Screenshots of
@@ -31,6 +33,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic", "--autoplay-policy=no-user-gesture-required"]
 STARTUP_TIMEOUT_S = 120
+ACCOUNTS = {"alice": "wonder", "root": {"password": "r00t", "role": "admin"}}  # the --auth server's users.json
 PAIR_TIMEOUT_MS = 150_000
 UI_TIMEOUT_MS = 30_000
 
@@ -141,8 +144,8 @@ def browser_page(url: str):
 
 
 @pytest.fixture
-def page(tmp_path):
-    with running_studio(tmp_path / "data", "server") as url, browser_page(url) as page:
+def page(studio_url):
+    with browser_page(studio_url) as page:
         yield page
 
 
@@ -196,7 +199,12 @@ def wait_for_pair_done(page, panel: str = FINAL_PANEL) -> str:
 # ------------------------------------------------------------------------------------------------ the test
 
 
-def test_generate_compare_review_export(page, tmp_path):
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_generate_compare_review_export(page, studio_url, tmp_path):
     """The whole review loop through the browser, as a reviewer without sign-in."""
     page.wait_for_selector("text=engine ready")
     page.wait_for_selector("#h3-tier-card:has-text('Availability')")
@@ -290,6 +298,8 @@ def test_generate_compare_review_export(page, tmp_path):
     shot(page, "06_compare_views")
 
     # Review: without auth the name is required; then accept.
+    key = _get(studio_url + f"v1/pairs/{second_pair}")["configuration_key"]
+    assert not _get(studio_url + f"v1/configurations/{key}")["approved"]  # the verdict below is what approves it
     open_tab(page, "Review")
     page.wait_for_selector("#h3-review-info:has-text('vs baseline')")
     page.get_by_label("Accept").check()
@@ -305,14 +315,15 @@ def test_generate_compare_review_export(page, tmp_path):
 
     # Configurations: the configuration is approved (1 prompt under the test's rule) and its history shows.
     open_tab(page, "Configurations")
-    page.wait_for_selector("#h3-config-table:has-text('approved')")
-    page.locator("#h3-config-table").get_by_text("approved", exact=True).filter(visible=True).first.click()
+    row = page.locator("#h3-config-table").get_by_role("row").filter(has_text=key[:12])
+    row.get_by_text("approved", exact=True).wait_for()  # exact: not "not approved"
+    row.get_by_text(key[:12]).click()
     page.wait_for_selector("#h3-config-history:has-text('e2e reviewer')")
     shot(page, "08_configurations")
 
     # Export: all approved pairs → a zip with both clips, the manifest and the checksums; download it.
     open_tab(page, "Export")
-    page.wait_for_selector("#h3-export-pairs:has-text('a red kite')")
+    page.wait_for_selector("#h3-export-pairs:has-text('a red kite dips')")
     page.click("#h3-export-all")
     page.wait_for_selector("#h3-export-result:has-text('Built')")
     link = page.locator("#h3-export-file a").first
@@ -323,18 +334,21 @@ def test_generate_compare_review_export(page, tmp_path):
     with zipfile.ZipFile(target) as archive:
         names = archive.namelist()
         assert archive.testzip() is None
-    assert any(n.endswith("manifest.json") for n in names), names
-    assert sum(n.endswith(".mp4") for n in names) == 2, names
+        manifest = json.loads(archive.read(next(n for n in names if n.endswith("manifest.json"))))
+    # The accepted pair with both its clips; not the first pair (no verdict). Other tests' approved pairs on the
+    # shared server come along, each with its two clips.
+    exported = {p["pair_id"]: p for p in manifest["pairs"]}
+    assert second_pair in exported and first_pair not in exported, list(exported)
+    assert {exported[second_pair][role]["file"] for role in ("baseline", "candidate")} <= set(names), names
+    assert sum(n.endswith(".mp4") for n in names) == 2 * len(exported), names
     shot(page, "09_export")
 
 
-def test_signed_in_reviewer_is_the_auth_user(tmp_path):
+def test_signed_in_reviewer_is_the_auth_user(auth_studio_url):
     """With --auth the login page comes first and the verdict's reviewer is the signed-in user: no name field."""
-    accounts = tmp_path / "accounts.txt"
-    accounts.write_text("alice:wonderland\n")
-    with running_studio(tmp_path / "data", "server-auth", "--auth", str(accounts)) as url, browser_page(url) as page:
+    with browser_page(auth_studio_url) as page:
         page.fill("input[type=text], input[name=username]", "alice")
-        page.fill("input[type=password]", "wonderland")
+        page.fill("input[type=password]", ACCOUNTS["alice"])
         page.keyboard.press("Enter")
         page.wait_for_selector("text=engine ready")
         open_tab(page, "Review")
