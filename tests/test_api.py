@@ -453,8 +453,9 @@ def test_queue_full_429_cancel_and_serving_after(tmp_path, nano_engine):
     service = StudioService.open(tmp_path / "data", engine=nano_engine, queue_size=1, quality_loader=lambda: None)
     with TestClient(create_app(service)) as client:
         slow = {"prompt": "a slow pan over hills", "num_inference_steps": 101, "target": {"short_edge": 32}}
-        running = client.post("/v1/videos", json=slow).json()
-        waiting = client.post("/v1/videos", json={**slow, "seed": 2}).json()
+        running, waiting = (client.post("/v1/videos", json={**slow, "seed": seed}) for seed in (1, 2))
+        assert (running.status_code, waiting.status_code) == (200, 200), (running.text, waiting.text)
+        running, waiting = running.json(), waiting.json()
         full = client.post("/v1/videos", json={**slow, "seed": 3})
         assert full.status_code == 429 and "queue is full" in error_of(full)["message"]
         pairs_before = client.get("/v1/pairs").json()["data"]
