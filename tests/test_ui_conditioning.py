@@ -38,25 +38,24 @@ def test_first_frame_pair_from_generate_to_compare(tmp_path, studio_url):
         page.fill("#h3-baseline-steps textarea", "1")
         page.click("#h3-inputs button")
 
-        # A file that is not an image: refused under the first-frame upload, naming the field. As after clearing
-        # below, wait for the opened panel's drop zone first (a file set on an <input> about to be replaced is lost:
-        # this step timed out once on a loaded machine).
-        page.wait_for_selector("#h3-first-frame:has-text('Upload') input[type=file]", state="attached")
+        # A file that is not an image: refused under the first-frame upload, naming the field. An upload is done
+        # when the component lists the file, a row labelled with its name: the row shows it as "broken" + ".png",
+        # and only the transient "Uploading 1 file..." line has "broken.png" in one piece, so a wait for that text
+        # timed out whenever the upload finished before a check saw it (5 times in about 85 runs here, on the
+        # loaded machine: the earlier "timed out once" of this test).
         page.set_input_files("#h3-first-frame input[type=file]", str(broken))
-        page.wait_for_selector("#h3-first-frame:has-text('broken.png')")
+        page.wait_for_selector("#h3-first-frame [aria-label='broken.png']")
         page.click("#h3-generate")
         page.wait_for_selector("#h3-first-frame-error:has-text('first_frame')")
         assert "not an image" in text_of(page, "#h3-first-frame-error")
         shot(page, "cond_01_bad_upload")
 
-        # The real keyframe: an fl2va pair.
+        # The real keyframe: an fl2va pair. Clearing re-renders the drop zone: wait for its new, empty <input>.
         page.locator("#h3-first-frame button[aria-label='Clear']").first.click()
-        page.wait_for_function("() => !document.querySelector('#h3-first-frame').innerText.includes('broken.png')")
-        # Clearing re-renders the drop zone: a file set before the new <input> is there is lost (this step timed out
-        # once on a loaded machine). Wait for the empty drop zone, then upload.
+        page.wait_for_selector("#h3-first-frame [aria-label='broken.png']", state="detached")
         page.wait_for_selector("#h3-first-frame:has-text('Upload') input[type=file]", state="attached")
         page.set_input_files("#h3-first-frame input[type=file]", str(keyframe))
-        page.wait_for_selector("#h3-first-frame:has-text('keyframe.png')")
+        page.wait_for_selector("#h3-first-frame [aria-label='keyframe.png']")
         page.click("#h3-generate")
         pair_id = wait_for_pair_done(page)
         assert "· completed ·" in text_of(page, FINAL_PANEL)
