@@ -23,10 +23,15 @@ from engine.tiers import TierTable
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 PROMPT = "a red circle moves left"  # odd length: the packed sequence is not a multiple of 2 or 4
-TOLERANCE = 1e-5
-# The single process merges the turbo LoRA into its weights (x·(W + BA)); FSDP ranks keep it on hooks (x·W + (x·A)·B).
-# Same arithmetic, other rounding: with run 6's LoRA the rows differ by 1.6e-5 after 2 steps.
-TOLERANCES = {"turbo": 5e-5}
+# Ranks and the single process run the same arithmetic in another order: other GEMM shapes (a rank holds some heads,
+# all rows), and for turbo the LoRA on hooks (x·W + (x·A)·B) where the single process merged it (x·(W + BA)). The rows
+# (magnitude up to about 2.5) then differ in float32 rounding, by an amount that depends on the CPU's kernels: baseline
+# 1.07e-5 after 3 steps on this AMD EPYC dev machine (below 1e-5 on the previous CI machine), turbo 1.6e-5.
+TOLERANCE = 5e-5
+# sol's sparse steps keep the top key tiles of each query tile: a near-tie there flips under that rounding, and the
+# rows move further (6.5e-4 on this dev machine; the single process alone, 1 against 2 threads: 2.6e-6). Its cache
+# hits and sparse block counts are compared step by step instead, exactly.
+TOLERANCES = {"sol": 2e-3}
 TIERS_TOML = """
 [[tier]]
 name = "par-cache"
@@ -122,6 +127,8 @@ def test_parallel_equals_single_process(group, reference, case):
     diff = _max_diff(result, expected)
     print(f"world={group.world} {case}: max abs diff {diff:.3g}")
     assert diff <= TOLERANCES.get(case, TOLERANCE), f"{case} on {group.world} ranks differs by {diff}"
+    decisions = [[(s.get("cache"), s.get("sparse_blocks") or 0) for s in r["steps"]] for r in (result, expected)]
+    assert decisions[0] == decisions[1]
     assert result["tokens"] == expected["tokens"] and result["padded_tokens"] % group.world == 0
     # Same schedule as one process: sparse/dense blocks and cache hits per step, and every rank agreed.
     # (Parallel runs always install the processors, so they also count dense blocks where one process did not.)
