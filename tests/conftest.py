@@ -30,7 +30,7 @@ MARKS: dict[str, tuple[str, ...]] = {
         "test_fp8_tiers_keep_weight_copies_and_move_the_conditioner_off_one_h200")},
     "tests/test_parallel.py": ("slow",),  # worker process groups
     "tests/test_video_decode.py::test_chunks_spread_over_gloo_ranks_give_the_same_frames": ("slow",),  # gloo ranks
-    "tests/test_media.py": ("slow",),  # a 50-step nano clip, encoded 30 times
+    "tests/test_media.py": ("slow",),  # a 50-step nano clip (kite_clip), encoded 10 more times
     "tests/test_remote.py": ("slow",),  # studio servers in subprocesses
     "tests/test_ui_inputs.py": ("slow",),  # builds the whole studio page over the nano
     "tests/test_ghost_calibration.py::test_ghost_detector_calibration": ("slow",),
@@ -73,6 +73,22 @@ def nano_engine():
 @pytest.fixture(scope="session")
 def nano_components(nano_engine):
     return nano_engine.components
+
+
+@pytest.fixture(scope="session")
+def kite_clip(nano_engine):
+    """The nano's clip of tests/nano_inputs.py's KITE request, made once per session (a 50-step generation), with
+    one intra-op thread as the modules that use it run (and as test_remote's servers do)."""
+    import torch
+
+    from tests.nano_inputs import KITE
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return nano_engine.generate(dict(KITE))
+    finally:
+        torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")

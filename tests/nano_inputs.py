@@ -1,8 +1,14 @@
-"""A randomised nano MiniMax-H3 transformer and one packed t2va forward's inputs (text | audio | video)."""
+"""A randomised nano MiniMax-H3 transformer and one packed t2va forward's inputs (text | audio | video); the
+shipped nano's request whose clip several tests share (KITE, conftest.py's kite_clip)."""
 
 from __future__ import annotations
 
 import torch
+
+# The shipped nano's 50-step baseline at a 64x32 canvas: test_media re-encodes its clip, test_remote compares a
+# remote server's clip of the same request with it byte for byte.
+KITE = {"prompt": "a red kite over a beach", "seed": 21, "tier": "baseline", "duration_seconds": 5,
+        "aspect_ratio": "16:9", "short_edge": 32}
 
 
 def nano_model_and_inputs(seed: int = 0, num_text: int = 5, latent_frames: int = 2, latent_hw: int = 4,

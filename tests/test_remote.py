@@ -36,6 +36,7 @@ from studio.api import create_app
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemotesFileError, load_remotes, parse_remotes
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui.generate import tier_card_html
+from tests.nano_inputs import KITE
 from tests.waiting import finished_pair, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -433,8 +434,8 @@ def finished_video(service: StudioService, video_id: str):
                       what=f"video {video_id}")
 
 
-def test_pair_takes_its_clips_from_two_different_remotes(studio, servers, nano_engine):
-    pair = studio.submit_pair({"prompt": "a red kite over a beach", "seed": 21, "tier": "turbo", "target": TARGET})
+def test_pair_takes_its_clips_from_two_different_remotes(studio, servers, kite_clip):
+    pair = studio.submit_pair({"prompt": KITE["prompt"], "seed": KITE["seed"], "tier": "turbo", "target": TARGET})
     view = finished_pair(studio, pair.id)
     assert view.status == "completed", view.error
     assert view.baseline.engine == "remote base" and view.candidate.engine.startswith("remote turbo-")
@@ -449,13 +450,14 @@ def test_pair_takes_its_clips_from_two_different_remotes(studio, servers, nano_e
         assert probe_mp4(str(video.clip_path)).video_codec == "h264"
     assert view.speedup == pytest.approx(view.baseline.inference_time_s / view.candidate.inference_time_s)
 
-    # Same model, same seed: the remote baseline is byte for byte the clip the in-process engine makes.
-    local = nano_engine.generate({"prompt": "a red kite over a beach", "seed": 21, "tier": "baseline", **TARGET})
-    assert Path(view.baseline.clip_path).read_bytes() == local.mp4
+    # Same model, same seed: the remote baseline is byte for byte the clip the in-process engine makes (KITE's
+    # request: this prompt and seed, the baseline tier, TARGET's canvas).
+    assert {**TARGET, "tier": "baseline"}.items() <= KITE.items()
+    assert Path(view.baseline.clip_path).read_bytes() == kite_clip.mp4
 
     # A second candidate on the same prompt reuses the stored remote baseline: only the candidate runs.
     base_jobs = len(servers["base"].jobs())
-    again = finished_pair(studio, studio.submit_pair({"prompt": "a red kite over a beach", "seed": 21, "tier": "turbo",
+    again = finished_pair(studio, studio.submit_pair({"prompt": KITE["prompt"], "seed": KITE["seed"], "tier": "turbo",
                                                       "steps": 4, "target": TARGET}).id)
     assert again.status == "completed" and again.baseline_reused and len(servers["base"].jobs()) == base_jobs
     assert again.baseline.clip_sha == view.baseline.clip_sha and again.baseline.engine == "remote base"
