@@ -227,6 +227,7 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     page.fill("#h3-seed input", "7")
     pick(page, "h3-tier", "turbo-5")
     page.click("#h3-advanced button")
+    page.fill("#h3-short-edge textarea", "32")
     page.fill("#h3-steps textarea", "1")
     page.fill("#h3-baseline-steps textarea", "1")
     page.click("#h3-generate")
