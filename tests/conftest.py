@@ -92,27 +92,36 @@ def kite_clip(nano_engine):
 
 
 @pytest.fixture(scope="session")
-def studio_url(tmp_path_factory):
-    """The browser tests' studio without sign-in (tests/test_ui_e2e.py's running_studio: a subprocess on a temp data
-    dir, approval rule 1 prompt from 1 reviewer), started once for the session: a start costs about 15 s (imports,
-    the nano, the first status tick). The tests on it make their own pairs and look at those, not at the totals."""
-    from tests.test_ui_e2e import running_studio
+def browser_studios(tmp_path_factory):
+    """The browser tests' two studios (tests/test_ui_e2e.py's started_studio: subprocesses on temp data dirs, approval
+    rule 1 prompt from 1 reviewer), one without sign-in and one with --auth (test_ui_e2e's ACCOUNTS: alice a
+    reviewer, root an admin), started together once for the session. A start costs about 10-15 s, mostly one core
+    importing torch, diffusers and Gradio, so the two overlap on the two cores. The tests on them make their own
+    pairs and look at those, not at the totals."""
+    import contextlib
+    import json
 
-    with running_studio(tmp_path_factory.mktemp("studio") / "data", "server") as url:
-        yield url
+    from tests.test_ui_e2e import ACCOUNTS, started_studio
+
+    root = tmp_path_factory.mktemp("studios")
+    (root / "users.json").write_text(json.dumps(ACCOUNTS))
+    with contextlib.ExitStack() as stack:
+        plain = stack.enter_context(started_studio(root / "data", "server"))
+        auth = stack.enter_context(started_studio(root / "data-auth", "server-auth", "--auth",
+                                                  str(root / "users.json")))
+        yield {"plain": plain, "auth": auth}
 
 
 @pytest.fixture(scope="session")
-def auth_studio_url(tmp_path_factory):
-    """The same with --auth (tests/test_ui_e2e.py's ACCOUNTS: alice a reviewer, root an admin), once per session."""
-    import json
+def studio_url(browser_studios):
+    """The URL of the browser tests' studio without sign-in, once it is healthy."""
+    return browser_studios["plain"].ready()
 
-    from tests.test_ui_e2e import ACCOUNTS, running_studio
 
-    root = tmp_path_factory.mktemp("studio-auth")
-    (root / "users.json").write_text(json.dumps(ACCOUNTS))
-    with running_studio(root / "data", "server-auth", "--auth", str(root / "users.json")) as url:
-        yield url
+@pytest.fixture(scope="session")
+def auth_studio_url(browser_studios):
+    """The URL of the browser tests' studio with --auth, once it is healthy."""
+    return browser_studios["auth"].ready()
 
 
 @pytest.fixture(scope="module")

@@ -93,9 +93,26 @@ def _health(url: str) -> dict:
         return {}
 
 
+class StudioProcess:
+    """A studio subprocess that was started; `ready()` waits until /health says ok and returns its URL."""
+
+    def __init__(self, process: subprocess.Popen, url: str, name: str):
+        self.process, self.url, self.name = process, url, name
+
+    def ready(self) -> str:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while _health(self.url).get("status") != "ok":
+            if self.process.poll() is not None:
+                pytest.fail(f"the studio exited with {self.process.returncode}; see {ARTIFACTS / self.name}.log")
+            if time.monotonic() > deadline:
+                pytest.fail(f"the studio did not become healthy in {STARTUP_TIMEOUT_S} s")
+            time.sleep(0.5)
+        return self.url
+
+
 @contextlib.contextmanager
-def running_studio(data_dir: Path, name: str, *extra: str):
-    """A studio subprocess on a free port; yields its URL once /health says ok, stops it afterwards."""
+def started_studio(data_dir: Path, name: str, *extra: str):
+    """A studio subprocess on a free port, started but not waited on (StudioProcess.ready); stopped afterwards."""
     if not Path(CHROMIUM).exists():  # checked first: no server start when the browser is missing
         pytest.skip(f"{CHROMIUM} is not installed")
     port = _free_port()
@@ -107,16 +124,8 @@ def running_studio(data_dir: Path, name: str, *extra: str):
             [sys.executable, "-m", "tests.test_ui_e2e", "--serve", "--port", str(port), "--data-dir", str(data_dir),
              *extra],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-        url = f"http://127.0.0.1:{port}/"
         try:
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            while _health(url).get("status") != "ok":
-                if process.poll() is not None:
-                    pytest.fail(f"the studio exited with {process.returncode}; see {ARTIFACTS / name}.log")
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the studio did not become healthy in {STARTUP_TIMEOUT_S} s")
-                time.sleep(0.5)
-            yield url
+            yield StudioProcess(process, f"http://127.0.0.1:{port}/", name)
         finally:
             process.terminate()
             try:
