@@ -147,8 +147,8 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
     folder, dtype = Path(components.path) / "text_encoder", components.dtype
     reload = plan.placement == "reload"
     host = None if reload else HostCopy(encoder)
-    if reload:
-        encoder.to("cpu")
+    if reload:  # every encode, the first too, reads it from disk: no copy stays on the host or the device
+        _drop_parameters(encoder)
 
     def bring(module, args, kwargs):
         parameter = next(encoder.parameters())

@@ -82,3 +82,28 @@ def test_offload_sends_the_conditioner_away_even_when_the_encode_fails():
         encoder.model(torch.ones(1, 4, device="meta"))
     assert encoder.model.seen_on == [(torch.device("meta"),) * 3]
     assert all(parameter.device.type == "cpu" for parameter in encoder.parameters())
+
+
+def test_reload_keeps_no_copy_and_reads_the_conditioner_from_disk_for_every_encode_the_first_too(monkeypatch):
+    """On the H200 the first reload encode found the weights on the host, not on disk, and crashed (there is no host
+    copy under reload); "meta" plays the GPU here too, so a dropped parameter is one whose device is meta before
+    the encode and the stand-in loader is what reads the disk."""
+    from engine import conditioner
+
+    loads = []
+
+    def read_from_disk(folder, dtype, device):
+        loads.append(device)
+        return _Conditioner().to(device)
+
+    monkeypatch.setattr(conditioner, "load_conditioner", read_from_disk)
+    encoder = _Conditioner()
+    components = SimpleNamespace(text_encoder=encoder, device=torch.device("meta"), path=".", dtype=torch.float32,
+                                 transformer=torch.nn.Identity())
+    apply_plan(components, SimpleNamespace(placement="reload"))
+    assert all(parameter.is_meta for parameter in encoder.parameters())  # nothing held between prompts
+    assert encoder.model.inv_freq.device.type == "cpu"  # buffers stay: they are not in the checkpoint
+    for _ in range(2):
+        encoder.model(torch.ones(1, 4, device="meta"))
+    assert loads == [torch.device("meta")] * 2
+    assert encoder.model.seen_on[-1][0] == torch.device("meta")
