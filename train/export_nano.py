@@ -4,7 +4,7 @@
 
 transformer/, vae/, audio_vae/ get the trained configs (train/configs.py plus the latent statistics recorded in the
 checkpoint's train_log.json) and float16 weights; text_encoder/ and tokenizer/ come from --text (the trained
-conditioning of train/text_conditioning.py) or else unchanged from assets/nano; both schedulers are copied.
+conditioning of train/text_conditioning.py) or else unchanged from assets/nano (label included); both schedulers are copied.
 h3_studio.json loses "untrained". The LoRAs are copied to LORA_OUT_DIR as nano-turbo-9/-5.safetensors (metadata
 h3_untrained="false", h3_steps). Nothing is written into assets/ unless OUT_DIR points there.
 """
@@ -63,8 +63,9 @@ def export(checkpoints: Path, out: Path, lora_out: Path | None = None, text: Pat
             shutil.copytree(source, out / folder, ignore=shutil.ignore_patterns("generation_config.json"))
     studio = json.loads((NANO / "h3_studio.json").read_text())
     studio.pop("untrained", None)
-    studio.update(trained_by="train/train_nano.py (TRAINING.md)",
-                  text_conditioning="train/text_conditioning.py" if text is not None else "frozen random")
+    studio["trained_by"] = "train/train_nano.py (TRAINING.md)"
+    if text is not None:  # otherwise the text encoder is assets/nano's, and so is its label
+        studio["text_conditioning"] = "train/text_conditioning.py"
     (out / "h3_studio.json").write_text(json.dumps(studio, indent=2) + "\n")
     if lora_out is not None:
         lora_out.mkdir(parents=True, exist_ok=True)

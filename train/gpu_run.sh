@@ -28,6 +28,11 @@
 #            (tracker colour, motion, shape) is printed before and after. $OUT gets video_vae.safetensors (fp16,
 #            the same keys as MODEL/vae/diffusion_pytorch_model.safetensors), train_log.json and stdout.log.
 #            Needs only the .whl carried: CK, layouts and the text table are not used.
+# Run 7 starts from the shipped nano itself (CK=out/run7in, rebuilt from assets/nano: the transformer, both VAEs, their
+# latent statistics in train_log.json, and text.tar holding the engine's own caption table from train/text_embeds.py):
+#   stage 11: the transformer continues on the shipped VAEs' latents (run 6's audio decoder, whose encoder run 5's
+#            transformer saw for only 696 steps: the bounce clicks are not yet tied to the bounces), then new turbo
+#            LoRAs and the live checks. One process; timeout keeps the call under its 600 s limit.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -131,6 +136,11 @@ case $stage in
     while pgrep -f "train.train_nano" > /dev/null; do sleep 30; tail -qn1 /tmp/a9.log /tmp/v9.log; done
     tar cf "$OUT/audio.tar" -C /tmp a9 a9.log
     tar cf "$OUT/vae.tar" -C /tmp v9 v9.log ;;
+  11)
+    timeout 585 python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-weight 1.0 \
+      --dit-lr 3e-4 --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 70 --reserve-final 50 --check-seconds 45 \
+      --budget 510 "$@" 2>&1 | tee "$OUT/stdout.log"
+    rm -f "$OUT/preview.npz" ;;
   10)
     secs=${SECS:-450}
     timeout $((secs + 100)) python3 -m train.train_nano --out "$OUT" --mirror /tmp/ck10 \

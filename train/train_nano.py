@@ -366,7 +366,7 @@ def heldout_prompts(count: int) -> list:
 @torch.no_grad()
 def sample_clips(run: Run, model, text: TextTable, captions: list[str], steps: int, seed: int, vae):
     """Euler sampling on the engine's grids (steps forwards), decoded to uint8 frames (B, T, H, W, 3) on device."""
-    ids = torch.tensor([text.index_of(c) for c in captions])
+    ids = torch.tensor([text.index_of(c) for c in captions], dtype=torch.long)  # long even when empty
     embeds, layout = text.batch(ids)
     generator = torch.Generator(run.device).manual_seed(seed)
     patch_dim = model.proj_in.in_features
