@@ -4,8 +4,8 @@
 
 transformer/, vae/, audio_vae/ get the trained configs (train/configs.py plus the latent statistics recorded in the
 checkpoint's train_log.json) and float16 weights; text_encoder/ and tokenizer/ come from --text (the trained
-conditioning of train/text_conditioning.py) or else unchanged from assets/nano (label included); both schedulers are copied.
-h3_studio.json loses "untrained". The LoRAs are copied to LORA_OUT_DIR as nano-turbo-9/-5.safetensors (metadata
+conditioning of train/text_conditioning.py) or else unchanged from assets/nano (label included); both schedulers are
+copied. h3_studio.json loses "untrained". The LoRAs are copied to LORA_OUT_DIR as nano-turbo-9/-5.safetensors (metadata
 h3_untrained="false", h3_steps). Nothing is written into assets/ unless OUT_DIR points there.
 """
 
