@@ -489,6 +489,49 @@ def engine_runtime(S, video_start, keep):
                             video_start=video_start, row_order=order.cuda(), inverse_order=inverse.cuda(), fused=True)
 
 
+# Kernel-name families for the block profile (issue 16 item 4: what the block spends outside attention, beyond its
+# GEMMs). Matched on the lowercased CUDA kernel name.
+ATTENTION_KERNELS = ("flash", "fmha", "cudnn", "attn", "attention", "block_sparse")
+GEMM_KERNELS = ("gemm", "xmma", "cutlass", "nvjet", "matmul", "wgmma", "scaled_mm", "f8f8")
+
+
+def kernel_family(name: str) -> str:
+    """"attention", "gemm" or "other" (elementwise, norms, copies, reorders, reductions) for a CUDA kernel name."""
+    lowered = name.lower()
+    if any(key in lowered for key in ATTENTION_KERNELS):
+        return "attention"
+    if any(key in lowered for key in GEMM_KERNELS):
+        return "gemm"
+    return "other"
+
+
+def kernel_profile(fn, reps: int = 5, top: int = 20) -> dict:
+    """CUDA kernel time per call of `fn` by family and the `top` kernels (ms per call), from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    kernels = []
+    for event in prof.key_averages():
+        micros = getattr(event, "device_time_total", None)
+        if micros is None:
+            micros = event.cuda_time_total
+        if micros > 0:
+            kernels.append((event.key, micros / reps / 1e3, event.count // reps))
+    kernels.sort(key=lambda k: -k[1])
+    families: dict[str, float] = {}
+    for name, ms, _ in kernels:
+        families[kernel_family(name)] = families.get(kernel_family(name), 0.0) + ms
+    return {"families_ms": families, "total_ms": sum(families.values()),
+            "outside_attention_ms": sum(ms for fam, ms in families.items() if fam != "attention"),
+            "top": [{"kernel": name[:160], "ms": ms, "calls": calls, "family": kernel_family(name)}
+                    for name, ms, calls in kernels[:top]]}
+
+
 @guarded("block")
 def bench_block(S, keep=0.1):
     from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3AttnProcessor, MiniMaxH3TransformerBlock
@@ -523,11 +566,14 @@ def bench_block(S, keep=0.1):
     with torch.no_grad(), sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
         blk.attn.set_processor(MiniMaxH3AttnProcessor())
         r["stock_eager_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
+        r["stock_eager_profile"] = kernel_profile(lambda: blk(x, temb, idx, rope))
         enable_fused_blocks(blk)
         # The engine's processor on a dense fused tier (fused QK norm + RoPE, then dispatch_attention_fn).
         blk.attn.set_processor(StudioAttnProcessor(0, AttentionRuntime(plan=None, valid_length=S, padded_length=S,
                                                                        video_start=video_start, fused=True)))
         r["fused_dense_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
+        r["fused_dense_profile"] = kernel_profile(lambda: blk(x, temb, idx, rope))
+        log(f"block S={S} fused dense by kernel family (ms): {r['fused_dense_profile']['families_ms']}")
         blk.attn.set_processor(SparseProc())
         r["fused_sparse_ms"] = timed(lambda: blk(x, temb, idx, rope), target_ms=1500, warmup=1)
         # The engine's own processor: rows arrive in packed order and are put in tile order inside the block.

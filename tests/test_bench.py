@@ -177,3 +177,15 @@ def test_e2e_bench_random_loras_fit_the_model_they_were_written_for(tmp_path):
     table = tier_table(["baseline", "turbo", "fp8"], path)
     assert list(table.tiers) == ["baseline", "turbo", "fp8"] and table.get("turbo").lora.resolved() == path
     assert table.get("turbo").lora.merge and table.get("baseline").lora is None
+
+
+def test_block_profile_sorts_kernels_into_attention_gemm_and_the_rest():
+    from bench.kernels import kernel_family
+
+    assert kernel_family("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>") == "attention"
+    assert kernel_family("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16") == "attention"
+    assert kernel_family("_block_sparse_attn_fwd") == "attention"
+    assert kernel_family("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64") == "gemm"
+    assert kernel_family("nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT") == "gemm"
+    assert kernel_family("void at::native::elementwise_kernel<128, 4>") == "other"
+    assert kernel_family("triton_poi_fused_mul_add_0") == "other"
