@@ -17,6 +17,7 @@ and the guard that refuses a request before it starts.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -155,7 +156,13 @@ def apply_plan(components, plan: MemoryPlan | None) -> list:
         if parameter.is_meta:
             from engine.conditioner import load_conditioner
 
-            encoder.load_state_dict(load_conditioner(folder, dtype, device).state_dict(), assign=True)
+            loaded = load_conditioner(folder, dtype, device)
+            encoder.load_state_dict(loaded.state_dict(), assign=True)
+            # The loaded model shares every tensor just assigned, and its vision hook's closure refers back to it:
+            # left to the cycle collector, it kept the weights alive after send_away dropped them (H200: the 47.8 GiB
+            # conditioner stayed through the denoise, 121.5 GiB peak, and the next encode ran out of memory).
+            del loaded
+            gc.collect()
         elif not on_device(parameter.device, device):
             host.to(device)
         return args, kwargs
