@@ -343,10 +343,14 @@ def transformer_row_cost(root: str | Path, dtype: torch.dtype = torch.bfloat16) 
     return RowCost(*cached)
 
 
-def _vae_decode_peak(config: dict, latent_shape: tuple[int, int, int], dtype: torch.dtype) -> tuple[int, int]:
-    """(peak live bytes, output pixels) of one video VAE decode of `latent_shape` (frames, height, width)."""
+def _vae_decode_peak(config: dict, latent_shape: tuple[int, int, int], dtype: torch.dtype,
+                     tile_batch: int) -> tuple[int, int]:
+    """(peak live bytes, output pixels) of one video VAE decode of `latent_shape` (frames, height, width), the
+    engine's way (engine/video_decode.py, `tile_batch` tiles per decoder call)."""
     import diffusers
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from engine.video_decode import decode_latents
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         previous = torch.get_default_dtype()
@@ -358,21 +362,26 @@ def _vae_decode_peak(config: dict, latent_shape: tuple[int, int, int], dtype: to
         latents = torch.randn(1, config["latent_channels"], *latent_shape, dtype=dtype)
         tracker = LivePeak([*vae.parameters(), *vae.buffers(), latents])
         with tracker, torch.no_grad():
-            video = vae.decode(latents, return_dict=False)[0]
+            video = decode_latents(vae, latents, tile_batch=tile_batch)
         return tracker.peak, video.shape[2] * video.shape[3] * video.shape[4]
 
 
-def vae_decode_cost(root: str | Path, latent_hw: tuple[int, int], dtype: torch.dtype = torch.bfloat16) -> RowCost:
+def vae_decode_cost(root: str | Path, latent_hw: tuple[int, int], dtype: torch.dtype = torch.bfloat16,
+                    tile_batch: int | None = None) -> RowCost:
     """The video VAE decode's peak at a `latent_hw` canvas as `fixed + per_pixel · output pixels` (`.at(pixels)`).
 
-    Decoded at the real canvas for 7 and 12 latent frames: tiles bound the decoder's working set in space and the
-    output grows with the frames, so the peak is linear in the frame count (checked: see BENCHMARKS.md).
+    Decoded at the real canvas for 12 and 37 (5 s) latent frames: tiles bound the decoder's working set in space
+    and the output grows with the frames, so the peak is linear in the frame count beyond the first windows (at 7
+    frames, one window, it is not: the old 7/12 fit put a 5 s decode at 1.65 GiB where the run gives 2.43).
     """
+    from engine.video_decode import CUDA_TILE_BATCH
+
+    tile_batch = CUDA_TILE_BATCH if tile_batch is None else tile_batch  # the plan is for a GPU's decode
     config = _config(root, "vae")
-    key = ("vae_decode", config, list(latent_hw), str(dtype))
+    key = ("vae_decode", config, list(latent_hw), str(dtype), tile_batch)
     cached = _CACHE.get(key)
     if cached is None:
-        (p0, n0), (p1, n1) = (_vae_decode_peak(config, (frames, *latent_hw), dtype) for frames in (7, 12))
+        (p0, n0), (p1, n1) = (_vae_decode_peak(config, (frames, *latent_hw), dtype, tile_batch) for frames in (12, 37))
         per_pixel = (p1 - p0) / (n1 - n0)
         cached = _CACHE.put(key, [p0 - per_pixel * n0, per_pixel])
     return RowCost(*cached)
@@ -446,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"sizes_GiB": component_sizes(args.root).to_dict(), "requests": {}}
     for seconds in (5.0, 14.375):
         cost = request_cost(args.root, geometry, seconds, text_tokens=512)
-        out["requests"][cost.label] = {k: (v if k in ("label", "rows") else round(v / GiB, 3))
+        out["requests"][cost.label] = {k: (round(v / GiB, 3) if k not in ("label", "rows", "tier") else v)
                                        for k, v in cost.__dict__.items()}
     print(json.dumps(out, indent=1))
     return 0

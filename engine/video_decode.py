@@ -7,8 +7,15 @@ rank r of N decodes chunks r, r + N, ..., the group all-gathers them, and every 
 the one used). With one process it is `vae.decode(z).sample` (tests/test_video_decode.py holds it to that, and holds
 a 4-rank gloo group to the same frames; tests/test_parallel.py decodes through the engine on 2 ranks).
 
+Tiles through the decoder together: `_decode_clip` runs the ViT decoder once per spatial tile (28 tiles of about
+1,800 tokens per window at 1344x768), GEMMs too small to fill a GPU. `tile_batch` > 1 stacks that many tiles (of this
+rank's windows) into one decoder call, then stitches each window exactly as `_decode_clip` does. Every tile is
+decoded independently either way (the decoder attends within a tile), so only the GEMMs' blocking changes; with
+`tile_batch` 1 each tile goes through `decoder(post_quant_conv(tile))` alone, which is `vae.decode` bit for bit.
+
 Written against diffusers 0.42.1's chunk geometry (`tokens_chunk_size`, `token_overlap`, `frame_pre_padding`,
-`frame_overlap`, `_decode_clip`, `_blend`); the test fails if a later diffusers changes it.
+`frame_overlap`, `_decode_clip`, `_split_tiles`, `_stitch_tiles`, `_blend`); the test fails if a later diffusers
+changes it.
 """
 
 from __future__ import annotations
@@ -26,31 +33,73 @@ def chunk_starts(vae, num_latent_frames: int) -> tuple[list[int], int]:
     return [i * size for i in range(count)], pad
 
 
+# Tiles per decoder call on a GPU: 28 tiles (one 1344x768 window) of ~1,800 tokens are two calls of ~25k rows each.
+# Measured on the H200 by bench/vae_decode_bench.py (BENCHMARKS.md); the memory plan counts the same batch.
+CUDA_TILE_BATCH = 14
+
+
 @torch.no_grad()
-def decode_latents(vae, z: torch.Tensor, rank: int = 0, world: int = 1, group=None) -> torch.Tensor:
+def decode_latents(vae, z: torch.Tensor, rank: int = 0, world: int = 1, group=None,
+                   tile_batch: int = 1) -> torch.Tensor:
     """(B, C, T, h, w) denormalised latents → (B, 3, frames, H, W) pixels, as `vae.decode(z).sample`.
 
-    With `world` > 1 every rank of `group` (None: the default group) must call this with the same `z`."""
+    With `world` > 1 every rank of `group` (None: the default group) must call this with the same `z`. `tile_batch`:
+    spatial tiles per decoder call (module docstring)."""
     z = z.to(next(vae.post_quant_conv.parameters()).dtype)  # as vae.decode aligns them
     starts, pad = chunk_starts(vae, z.shape[2])
     if pad:
         z = torch.cat([z, z[:, :, -1:].repeat(1, 1, pad, 1, 1)], dim=2)
     width = vae.tokens_chunk_size + vae.token_overlap
     count = len(starts)
+    # Round r gives chunk first + rank to this rank; a rank past the last chunk decodes a copy of another (the round
+    # takes as long either way) so that every rank hands all_gather a tensor of the same shape.
+    mine = [(first + rank) % count for first in range(0, count, world)]
+    decoded = decode_windows(vae, [z[:, :, starts[m]:starts[m] + width] for m in mine], tile_batch)
     clips: list[torch.Tensor] = [None] * count
-    for first in range(0, count, world):  # one round: chunk first + r on rank r
-        # A rank past the last chunk decodes a copy of another (the round takes as long either way) so that every
-        # rank hands all_gather a tensor of the same shape.
-        mine = (first + rank) % count
-        decoded = vae._decode_clip(z[:, :, starts[mine]:starts[mine] + width])
+    for round_index, first in enumerate(range(0, count, world)):
         if world == 1:
-            clips[mine] = decoded
+            clips[first] = decoded[round_index]
             continue
-        gathered = [torch.empty_like(decoded) for _ in range(world)]
-        torch.distributed.all_gather(gathered, decoded.contiguous(), group=group)
+        gathered = [torch.empty_like(decoded[round_index]) for _ in range(world)]
+        torch.distributed.all_gather(gathered, decoded[round_index].contiguous(), group=group)
         for r, clip in enumerate(gathered[:count - first]):
             clips[first + r] = clip
     return _cross_fade(vae, clips, pad, z.shape[2])
+
+
+def tile_grid(vae, latent_height: int, latent_width: int):
+    """`_decode_clip`'s tiles of a latent window: rows of (latent row slice, latent column slice), and the pixel
+    overlaps between neighbouring rows and columns. One whole-window tile when tiling is off."""
+    if not vae.use_tiling:
+        return [[(slice(None), slice(None))]], [], []
+    ratio = vae.spatial_compression_ratio
+    ys, heights, y_overlaps = vae._split_tiles(latent_height * ratio, vae.tile_sample_min_height,
+                                               vae.tile_sample_min_overlap_height)
+    xs, widths, x_overlaps = vae._split_tiles(latent_width * ratio, vae.tile_sample_min_width,
+                                              vae.tile_sample_min_overlap_width)
+    rows = [[(slice(y // ratio, (y + h) // ratio), slice(x // ratio, (x + w) // ratio)) for x, w in zip(xs, widths)]
+            for y, h in zip(ys, heights)]
+    return rows, y_overlaps, x_overlaps
+
+
+def decode_windows(vae, windows: list[torch.Tensor], tile_batch: int = 1) -> list[torch.Tensor]:
+    """`vae._decode_clip` of each (B, C, t, h, w) window, with the tiles of all of them through the decoder
+    `tile_batch` at a time (every tile has the same shape: `_split_tiles` widens overlaps instead of cutting tiles)."""
+    if not windows:
+        return []
+    rows, y_overlaps, x_overlaps = tile_grid(vae, windows[0].shape[-2], windows[0].shape[-1])
+    tiles = [window[..., ys, xs] for window in windows for row in rows for ys, xs in row]
+    batch, per_window = windows[0].shape[0], len(rows) * len(rows[0])
+    pending: list[torch.Tensor] = []  # decoded tiles of windows not yet stitched
+    out = []
+    for i in range(0, len(tiles), max(1, tile_batch)):
+        stacked = torch.cat(tiles[i:i + max(1, tile_batch)])
+        pending.extend(vae.decoder(vae.post_quant_conv(stacked)).split(batch))
+        while len(pending) >= per_window:  # stitch a window as soon as its tiles are in, and let them go
+            mine, pending = iter(pending[:per_window]), pending[per_window:]
+            grid = [[next(mine) for _ in row] for row in rows]
+            out.append(vae._stitch_tiles(grid, y_overlaps, x_overlaps) if vae.use_tiling else grid[0][0])
+    return out
 
 
 def _cross_fade(vae, clips: list[torch.Tensor], pad: int, padded_frames: int) -> torch.Tensor:

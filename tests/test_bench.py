@@ -189,3 +189,15 @@ def test_block_profile_sorts_kernels_into_attention_gemm_and_the_rest():
     assert kernel_family("nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT") == "gemm"
     assert kernel_family("void at::native::elementwise_kernel<128, 4>") == "other"
     assert kernel_family("triton_poi_fused_mul_add_0") == "other"
+
+
+def test_vae_decode_bench_runs_the_nano_vae_on_the_cpu(tmp_path):
+    """The H200 run's code path (bench/vae_decode_bench.py) on the nano VAE: every variant decodes the same frames."""
+    from bench.vae_decode_bench import main
+
+    result = main(["--tiny", "--out", str(tmp_path), "--tile-batches", "1,12", "--reps", "1"])
+    variants = result["variants"]
+    assert set(variants) == {"diffusers_vae_decode", "tile_batch_1", "tile_batch_12"}
+    assert all(v["frames"] == variants["diffusers_vae_decode"]["frames"] for v in variants.values())
+    assert all(v["psnr_db_vs_fp32"] > 90 for v in variants.values())  # fp32 throughout on the CPU
+    assert (tmp_path / "vae_decode_bench.json").is_file()

@@ -65,3 +65,32 @@ def test_chunks_spread_over_gloo_ranks_give_the_same_frames(vae, tmp_path, world
         expected = vae.decode(_latents(31)).sample
     for r in range(world):  # every rank cross-fades the gathered chunks; rank 0's is the one the engine keeps
         assert torch.equal(torch.load(tmp_path / f"rank{r}.pt"), expected)
+
+
+def _tiled_vae():
+    """The nano VAE with 64 px tiles and 32 px overlaps: a 224x128 frame becomes 2 x 6 tiles (12 per window)."""
+    vae = _vae()
+    vae.enable_tiling(tile_sample_min_height=64, tile_sample_min_width=64, tile_sample_min_overlap_height=32,
+                      tile_sample_min_overlap_width=32)
+    return vae
+
+
+def test_tiles_one_at_a_time_equal_diffusers_tiled_decode_bit_for_bit():
+    vae = _tiled_vae()
+    z = _latents(11)  # 2 windows
+    with torch.no_grad():
+        expected = vae.decode(z).sample
+    assert torch.equal(decode_latents(vae, z, tile_batch=1), expected)
+
+
+@pytest.mark.parametrize("tile_batch", [5, 12, 24])  # across tile rows, one whole window, two windows per call
+def test_tiles_batched_through_the_decoder_give_diffusers_frames(tile_batch):
+    vae = _tiled_vae()
+    z = _latents(11)
+    with torch.no_grad():
+        expected = vae.decode(z).sample
+    got = decode_latents(vae, z, tile_batch=tile_batch)
+    # Each tile is decoded alone either way; only the GEMMs' blocking over the batch changes (fp32, CPU).
+    # Measured: max abs difference 1.7e-6 on values up to 2.08, for 5, 12 and 24 tiles per call.
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
