@@ -26,7 +26,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from engine.components import Components
 from engine.errors import GenerationCancelled
 from engine.layout import Canvas, PackedLayout, pad_rows
-from engine.video_decode import CUDA_TILE_BATCH, decode_latents
+from engine.video_decode import decode_latents, engine_settings
 
 TEXT_ENCODER_LAYER = 50
 PIXEL_MEAN = (0.485, 0.456, 0.406)
@@ -212,9 +212,9 @@ def decode_video(components: Components, canvas: Canvas, video_rows: torch.Tenso
     mean = torch.tensor(vae.config.latents_mean, device=device).view(1, -1, 1, 1, 1)
     std = torch.tensor(vae.config.latents_std, device=device).view(1, -1, 1, 1, 1)
     rank, world = (parallel.rank, parallel.world) if parallel is not None else (0, 1)
-    # Tiles batched on a GPU (engine/video_decode.py); one at a time on a CPU, where it is vae.decode bit for bit.
-    tile_batch = CUDA_TILE_BATCH if device.type == "cuda" else 1
-    video = decode_latents(vae, (latents * std + mean).to(vae.dtype), rank, world, tile_batch=tile_batch)
+    # Tiles batched (and the block compiled with H3_VAE_COMPILE=1) on a GPU; one tile at a time on a CPU, where it
+    # is vae.decode bit for bit (engine/video_decode.py).
+    video = decode_latents(vae, (latents * std + mean).to(vae.dtype), rank, world, **engine_settings(device))
     pixel_mean = torch.tensor(PIXEL_MEAN, device=device).view(1, -1, 1, 1, 1)
     pixel_std = torch.tensor(PIXEL_STD, device=device).view(1, -1, 1, 1, 1)
     video = (video.float() * pixel_std + pixel_mean).clamp(0, 1)
