@@ -79,6 +79,22 @@ def test_audio_pitch_follows_height_and_clicks_match_bounces():
     assert all(min(abs(c - t) for c in contacts) < 0.015 for t in truth)  # frame i is time i / FPS: no half-frame bias
 
 
+def test_floor_contacts_on_a_staircase_track_are_the_bounces_not_every_step():
+    """The nano's VAE decodes 4 frames per latent frame, so a generated subject's height is a staircase. The
+    per-frame rule counted the end of every step up as a contact (13-20 per 5 s clip); runs of one height fix it."""
+    from train.verify_nano import floor_contacts
+
+    spec = make_spec(("red", "circle", "bouncing", "grey"), seed=5)
+    ys = track(_uint8(render_video([spec]))[0]).ys
+    stairs = ys.copy()
+    for first in range(1, len(stairs), 4):  # each latent frame's 4 frames at their mean height
+        stairs[first:first + 4] = np.nanmean(stairs[first:first + 4])
+    truth = bounce_times(spec)
+    contacts = floor_contacts(stairs, FPS)
+    assert len(contacts) == len(truth)
+    assert max(min(abs(c - t) for c in contacts) for t in truth) < 0.05
+
+
 def test_silent_audio_has_no_clicks_or_pitch():
     from train.verify_nano import click_times, dominant_pitch
 
