@@ -15,6 +15,7 @@ import torch
 from train.dataset import (
     FPS,
     HELD_OUT,
+    NUM_SAMPLES,
     SAMPLE_RATE,
     all_captions,
     bounce_times,
@@ -93,6 +94,17 @@ def test_floor_contacts_on_a_staircase_track_are_the_bounces_not_every_step():
     contacts = floor_contacts(stairs, FPS)
     assert len(contacts) == len(truth)
     assert max(min(abs(c - t) for c in contacts) for t in truth) < 0.05
+
+
+def test_click_timing_finds_the_rendered_clicks_at_the_bounces_and_none_in_silence():
+    from train.audio_probe import click_timing
+
+    specs = [make_spec(("red", "circle", "bouncing", "grey"), seed=5), make_spec(("red", "circle", "up", "grey"), 6)]
+    rendered = render_audio(specs).reshape(-1, 1, NUM_SAMPLES)
+    timing = click_timing(rendered, specs)
+    assert timing["clicks"] == timing["bounces"] == len(bounce_times(specs[0])) and timing["median_ms"] < 10
+    assert click_timing(torch.zeros_like(rendered), specs) == {"bounces": timing["bounces"], "clicks": 0,
+                                                               "median_ms": None}
 
 
 def test_silent_audio_has_no_clicks_or_pitch():

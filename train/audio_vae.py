@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from train import configs
-from train.audio_probe import AUDIO_TARGETS, audio_probe_loss, audio_targets, pitch_correlation
+from train.audio_probe import AUDIO_TARGETS, audio_probe_loss, audio_targets, click_timing, pitch_correlation
 from train.dataset import NUM_SAMPLES, render_audio, sample_specs
 from train.losses import loudness_loss, stft_loss
 from train.run import FILES, Run, cosine_lr, gaussian_kl, load_weights, save_weights, seed_all
@@ -101,7 +101,8 @@ def train_audio_vae(run: Run, init: Path | None = None, stats: dict | None = Non
              decoder_only=bool(args.audio_decoder_only),
              latent_time_std=round(z.std(dim=2).mean().item(), 4),  # run 3's collapsed encoder: 0.0036
              recon_rms=round(recon.pow(2).mean().sqrt().item(), 4),
-             recon_pitch_r=round(pitch_correlation(recon, specs), 3))
+             recon_pitch_r=round(pitch_correlation(recon, specs), 3),
+             recon_clicks=click_timing(recon, specs))  # run 6's decoder: 49 clicks for 29 bounces, 323 ms off
     return vae
 
 
