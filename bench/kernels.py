@@ -505,28 +505,36 @@ def kernel_family(name: str) -> str:
     return "other"
 
 
-def kernel_profile(fn, reps: int = 5, top: int = 20) -> dict:
-    """CUDA kernel time per call of `fn` by family and the `top` kernels (ms per call), from torch.profiler."""
+def kernel_profile(fn, reps: int = 5, top: int = 20, warm_up: bool = True, cuda: bool = True) -> dict:
+    """Time per call of `fn` under torch.profiler, by kernel family, and the `top` entries (ms per call): CUDA
+    kernels, or with `cuda` False the CPU ops' self time (the CPU runs of bench/vae_decode_bench.py)."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    def call():
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+
+    if warm_up:
+        call()
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
+            call()
     kernels = []
     for event in prof.key_averages():
-        micros = getattr(event, "device_time_total", None)
-        if micros is None:
-            micros = event.cuda_time_total
+        if not cuda:
+            micros = event.self_cpu_time_total
+        else:
+            micros = getattr(event, "device_time_total", None)
+            micros = event.cuda_time_total if micros is None else micros  # torch before device_time_total
         if micros > 0:
             kernels.append((event.key, micros / reps / 1e3, event.count // reps))
     kernels.sort(key=lambda k: -k[1])
     families: dict[str, float] = {}
     for name, ms, _ in kernels:
         families[kernel_family(name)] = families.get(kernel_family(name), 0.0) + ms
-    return {"families_ms": families, "total_ms": sum(families.values()),
+    return {"what": "CUDA kernels" if cuda else "CPU ops (self time)", "families_ms": families,
+            "total_ms": sum(families.values()),
             "outside_attention_ms": sum(ms for fam, ms in families.items() if fam != "attention"),
             "top": [{"kernel": name[:160], "ms": ms, "calls": calls, "family": kernel_family(name)}
                     for name, ms, calls in kernels[:top]]}

@@ -136,37 +136,6 @@ def timed(fn, device: torch.device):
     return start.elapsed_time(end) / 1e3, out
 
 
-def kernel_table(fn, device: torch.device, top: int = TOP_KERNELS) -> dict:
-    """One call of `fn` (already warm) under torch.profiler: the `top` kernels by total time (CPU ops on a CPU),
-    ms in that call."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from bench.kernels import kernel_family
-
-    cuda = device.type == "cuda"
-    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-    rows = []
-    for event in prof.key_averages():
-        if not cuda:
-            micros = event.self_cpu_time_total
-        else:
-            micros = getattr(event, "device_time_total", None)
-            micros = event.cuda_time_total if micros is None else micros  # torch before device_time_total
-        if micros > 0:
-            rows.append((event.key, micros / 1e3, event.count))
-    rows.sort(key=lambda row: -row[1])
-    families: dict[str, float] = {}
-    for name, ms, _ in rows:
-        families[kernel_family(name)] = families.get(kernel_family(name), 0.0) + ms
-    return {"what": "CUDA kernels" if cuda else "CPU ops (self time)", "total_ms": round(sum(families.values()), 2),
-            "families_ms": {k: round(v, 2) for k, v in families.items()},
-            "top": [{"kernel": name[:160], "ms": round(ms, 3), "calls": calls, "family": kernel_family(name)}
-                    for name, ms, calls in rows[:top]]}
-
-
 @contextlib.contextmanager
 def ieee_fp32():
     """No TF32 anywhere while the reference decodes."""
@@ -262,8 +231,10 @@ class Run:
     def profile(self, name: str, decode) -> None:
         """`decode`: a call on the first window's latent (module docstring)."""
         try:
-            self.result["profile"][name] = {"scope": "first temporal window's decode",
-                                            **kernel_table(decode, self.device)}
+            from bench.kernels import kernel_profile
+
+            table = kernel_profile(decode, reps=1, top=TOP_KERNELS, warm_up=False, cuda=self.device.type == "cuda")
+            self.result["profile"][name] = {"scope": "first temporal window's decode", **table}
         except Exception as error:  # noqa: BLE001 - a profile is optional
             self.result["profile"][name] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
         self.write()
