@@ -1,6 +1,6 @@
 """Audio VAE helpers of train_nano: the latent head's targets and loss, and round-trip pitch and click checks.
 
-    python -m train.audio_probe [--model assets/nano] [--clips 8]    # the round trip of a model's audio VAE
+    python -m train.audio_probe [--model assets/nano] [--clips 8] [--json FILE]   # a model's audio VAE round trip
 
 Runs 1, 3 and 4 collapsed the audio VAE's latent (it barely varies over time or between clips); the head makes the
 latent carry what the transformer must steer, and `pitch_correlation` says whether a round trip kept the pitch.
@@ -101,16 +101,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="round trip of a model's audio VAE: pitch and bounce clicks")
     parser.add_argument("--model", default="assets/nano")
     parser.add_argument("--clips", type=int, default=8, help="bouncing training-split clips (seed 9)")
+    parser.add_argument("--json", default=None, help="also write the result here")
     args = parser.parse_args()
     vae = AutoencoderKLMiniMaxH3Audio.from_pretrained(f"{args.model}/audio_vae", torch_dtype=torch.float32).eval()
     specs = [s for s in sample_specs(9, 20 * args.clips, "train") if s.motion == "bouncing"][:args.clips]
+    rendered = render_audio(specs).reshape(-1, 1, NUM_SAMPLES).float()
     with torch.no_grad():
-        z = vae.encode(render_audio(specs).reshape(-1, 1, NUM_SAMPLES).float()).latent_dist.mode()
-        recon = vae.decode(z).sample[..., :NUM_SAMPLES]
-    print(json.dumps({"clips": len(specs), "pitch_r": round(pitch_correlation(recon, specs), 3),
-                      "clicks": click_timing(recon, specs),
-                      "clicks_in_the_rendered_audio": click_timing(render_audio(specs).reshape(-1, 1, NUM_SAMPLES),
-                                                                   specs)}))
+        recon = vae.decode(vae.encode(rendered).latent_dist.mode()).sample[..., :NUM_SAMPLES]
+    result = json.dumps({"model": args.model, "clips": len(specs), "pitch_r": round(pitch_correlation(recon, specs), 3),
+                         "clicks": click_timing(recon, specs),
+                         "clicks_in_the_rendered_audio": click_timing(rendered, specs)})
+    print(result)
+    if args.json:
+        with open(args.json, "w") as handle:
+            handle.write(result + "\n")
 
 
 if __name__ == "__main__":

@@ -223,6 +223,31 @@ def floor_contacts(ys: np.ndarray, fps: float) -> list[float]:
     return times
 
 
+def check_contact_rule(clips: int = 12) -> dict:
+    """`floor_contacts` on ground truth (no model): rendered bouncing training-split clips (seed 3), tracked as they
+    are and held per latent frame at each 4-frame group's mean height (the staircase the nano's VAE makes). Counts
+    against `bounce_times`, and ms from each true bounce to the nearest contact found."""
+    from train.dataset import FPS, bounce_times, render_video, sample_specs
+
+    specs = [s for s in sample_specs(3, 10 * clips, "train") if s.motion == "bouncing"][:clips]
+    video = (render_video(specs) * 255).round().to(dtype=__import__("torch").uint8).numpy()
+    result = {}
+    for name in ("smooth", "staircase"):
+        truths = found = 0
+        distances = []
+        for spec, frames in zip(specs, video):
+            ys = track(frames).ys
+            if name == "staircase":
+                for first in range(1, len(ys), 4):
+                    ys[first:first + 4] = np.nanmean(ys[first:first + 4])
+            truth, contacts = bounce_times(spec), floor_contacts(ys, FPS)
+            truths, found = truths + len(truth), found + sum(min(abs(c - t) for c in contacts) < 0.1 for t in truth)
+            distances += [1000 * min(abs(c - t) for c in contacts) for t in truth] if contacts else []
+        result[name] = {"bounces": truths, "found_within_100ms": found, "median_ms": float(np.median(distances)),
+                        "max_ms_of_found": float(max(d for d in distances if d < 100))}
+    return result
+
+
 def check_audio(clips: Clips, count: int) -> dict:
     """Sound follows the picture, on the baseline clips of the held-out prompts plus bouncing ones."""
     prompts = [p for _, p in held_out_prompts(count)]
@@ -381,7 +406,8 @@ def main() -> None:
                              "the issue's setting; 40 keeps the nano's layout, TRAINING.md section 3)")
     parser.add_argument("--attention-prompts", type=int, default=1,
                         help="ghost check: measure the attention mass sparse attention keeps on this many prompts")
-    parser.add_argument("--checks", default="steering,turbo,audio,ghost,bench")
+    parser.add_argument("--checks", default="steering,turbo,audio,ghost,bench",
+                        help="comma list; also contacts (the floor-contact rule on ground truth, no model)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -393,7 +419,8 @@ def main() -> None:
     engine = Engine.load(str(args.model), tiers_file=handle.name, device="cpu")
     results = {"model": str(args.model), "model_id": engine.model_id, "threads": args.threads}
     clips = Clips(engine)
-    checks = {"bench": lambda: benchmark(engine), "steering": lambda: check_steering(clips, args.prompts),
+    checks = {"contacts": check_contact_rule, "bench": lambda: benchmark(engine),
+              "steering": lambda: check_steering(clips, args.prompts),
               "turbo": lambda: check_turbo(clips, args.prompts), "audio": lambda: check_audio(clips, args.prompts),
               "ghost": lambda: check_ghost(clips, args.ghost_prompts, args.ghost_tile, args.ghost_strips,
                                            args.attention_prompts, args.ghost_first)}
