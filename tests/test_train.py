@@ -183,6 +183,37 @@ def test_audio_losses_make_silence_dearer_than_a_faint_noisy_tone():
     assert loudness_loss(silence, target, 400).item() > 5 * loudness_loss(noisy, target, 400).item()
 
 
+def test_click_band_loss_pays_for_a_click_at_the_wrong_time_and_not_for_the_tone():
+    """Run 6's decoder kept the pitch but put its clicks at a steady rhythm unrelated to the bounces; the click-band
+    term (--audio-click) must prefer the click where the bounce is, whatever the tone does."""
+    from train.losses import click_band_loss
+
+    spec = make_spec(("red", "circle", "bouncing", "grey"), seed=5)
+    first = int(bounce_times(spec)[0] * SAMPLE_RATE) - SAMPLE_RATE // 2  # a 1.2 s crop holding the first bounce
+    audio = render_audio([spec])[:1, :1, first:first + 19200]
+    late = torch.roll(audio, SAMPLE_RATE // 5, dims=-1)  # everything 200 ms late: the click misplaced
+    quieter = 0.7 * audio  # the tone 3 dB down, the click where it belongs
+    assert click_band_loss(audio, audio, SAMPLE_RATE).item() == 0.0
+    assert click_band_loss(late, audio, SAMPLE_RATE).item() > 3 * click_band_loss(quieter, audio, SAMPLE_RATE).item()
+
+
+def test_pca_readout_rebuilds_blocks_better_with_more_components():
+    """train_nano's --vae-pca-readout holds each latent cell to rebuilding its block through the top PCA components:
+    with the best coefficients (least squares), 16 components must rebuild unseen blocks better than 8, and a
+    component's coefficient has about unit variance (the readout carries the scale)."""
+    from train.shape_ceiling import pca_readout, principal_components, to_blocks
+
+    mean, readout = pca_readout(16, clips=8, sample=4000)
+    _, _, values = principal_components(clips=8, sample=4000)
+    blocks = to_blocks(render_video(sample_specs(99, 2, "heldout"))).flatten(0, 3) - mean
+
+    def error(k: int) -> float:
+        coefficients = torch.linalg.lstsq(readout[:k].T, blocks.T).solution
+        return (coefficients.T @ readout[:k] - blocks).pow(2).mean().item()
+    assert error(16) < 0.8 * error(8) < 0.8 * blocks.pow(2).mean().item()
+    assert torch.allclose(readout.norm(dim=1), values[:16].sqrt(), rtol=1e-4)
+
+
 def test_word_level_tokenizer_makes_each_caption_word_one_token(tmp_path):
     from train.text_conditioning import build_tokenizer
 

@@ -67,6 +67,13 @@ def pitch_correlation(recon: torch.Tensor, specs) -> float:
     return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
 
 
+def bouncing_specs(count: int, seed: int = 9) -> list:
+    """The first `count` bouncing clips of the training split drawn with `seed`: the click round-trip set."""
+    from train.dataset import sample_specs
+
+    return [s for s in sample_specs(seed, 20 * count, "train") if s.motion == "bouncing"][:count]
+
+
 def click_timing(recon: torch.Tensor, specs) -> dict:
     """Does a round trip keep the bounce clicks where they were? Clicks found in the decoded stereo audio
     (`train.verify_nano.click_times` on (B*2, 1, N) mono halves put back in pairs) against each bouncing clip's
@@ -96,7 +103,7 @@ def main() -> None:
 
     from diffusers import AutoencoderKLMiniMaxH3Audio
 
-    from train.dataset import NUM_SAMPLES, render_audio, sample_specs
+    from train.dataset import NUM_SAMPLES, render_audio
 
     parser = argparse.ArgumentParser(description="round trip of a model's audio VAE: pitch and bounce clicks")
     parser.add_argument("--model", default="assets/nano")
@@ -104,7 +111,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the result here")
     args = parser.parse_args()
     vae = AutoencoderKLMiniMaxH3Audio.from_pretrained(f"{args.model}/audio_vae", torch_dtype=torch.float32).eval()
-    specs = [s for s in sample_specs(9, 20 * args.clips, "train") if s.motion == "bouncing"][:args.clips]
+    specs = bouncing_specs(args.clips)
     rendered = render_audio(specs).reshape(-1, 1, NUM_SAMPLES).float()
     with torch.no_grad():
         recon = vae.decode(vae.encode(rendered).latent_dist.mode()).sample[..., :NUM_SAMPLES]

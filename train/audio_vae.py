@@ -12,9 +12,16 @@ import numpy as np
 import torch
 
 from train import configs
-from train.audio_probe import AUDIO_TARGETS, audio_probe_loss, audio_targets, click_timing, pitch_correlation
-from train.dataset import NUM_SAMPLES, render_audio, sample_specs
-from train.losses import loudness_loss, stft_loss
+from train.audio_probe import (
+    AUDIO_TARGETS,
+    audio_probe_loss,
+    audio_targets,
+    bouncing_specs,
+    click_timing,
+    pitch_correlation,
+)
+from train.dataset import NUM_SAMPLES, SAMPLE_RATE, render_audio, sample_specs
+from train.losses import click_band_loss, loudness_loss, stft_loss
 from train.run import FILES, Run, cosine_lr, gaussian_kl, load_weights, save_weights, seed_all
 
 AUDIO_ENCODER_SIDE = ("encoder.", "pre_block.", "mean_proj.", "logs_proj.")  # what the transformer's latents come from
@@ -52,6 +59,9 @@ def train_audio_vae(run: Run, init: Path | None = None, stats: dict | None = Non
     generator = torch.Generator(run.device).manual_seed(configs.SEED + 3)
     hop = math.prod(configs.AUDIO_VAE["encoder_rates"])
     crop = 48 * hop  # 1.2 s
+    if args.roundtrip_before:
+        run.note("audio_vae_before", recon_clicks=audio_roundtrip(run, vae)[2])
+        vae.train()
     begin = time.time()
     deadline = run.phase_deadline(args.audio_seconds, reserve=args.reserve_after_audio)
     losses, step = [], 0
@@ -70,6 +80,8 @@ def train_audio_vae(run: Run, init: Path | None = None, stats: dict | None = Non
         loss_rec = args.audio_l1 * (recon - x).abs().mean() + stft_loss(recon, x, args.audio_stft_floor)
         if args.audio_loudness:
             loss_rec = loss_rec + args.audio_loudness * loudness_loss(recon, x, hop)
+        if args.audio_click:
+            loss_rec = loss_rec + args.audio_click * click_band_loss(recon, x, SAMPLE_RATE)
         loss_probe = audio_probe_loss(head(posterior.mean), audio_targets(specs, first, crop, hop, run.device))
         kl = args.audio_kl if step >= args.audio_kl_after else 0.0
         loss = loss_rec + args.audio_probe * loss_probe + kl * gaussian_kl(posterior.mean, 2 * posterior.logs)
@@ -84,11 +96,7 @@ def train_audio_vae(run: Run, init: Path | None = None, stats: dict | None = Non
             losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_probe.item(),
                            round(posterior.mean.std(dim=-1).mean().item(), 4)])  # collapse shows here first
         step += 1
-    vae.eval()
-    with torch.no_grad():
-        specs = sample_specs(configs.SEED + 4, 8 if run.cuda else 1, "train")
-        z = vae.encode(render_audio(specs, run.device).reshape(-1, 1, NUM_SAMPLES)).latent_dist.mode()
-        recon = vae.decode(z).sample
+    specs, (z, recon), clicks = audio_roundtrip(run, vae)
     if args.audio_decoder_only and stats and "latents_mean" in stats:
         mean, std = list(stats["latents_mean"]), list(stats["latents_std"])  # the frozen encoder's
     else:
@@ -102,8 +110,21 @@ def train_audio_vae(run: Run, init: Path | None = None, stats: dict | None = Non
              latent_time_std=round(z.std(dim=2).mean().item(), 4),  # run 3's collapsed encoder: 0.0036
              recon_rms=round(recon.pow(2).mean().sqrt().item(), 4),
              recon_pitch_r=round(pitch_correlation(recon, specs), 3),
-             recon_clicks=click_timing(recon, specs))  # run 6's decoder: 49 clicks for 29 bounces, 323 ms off
+             recon_clicks=clicks)  # run 6's decoder: 49 clicks for 29 bounces, 323 ms off
     return vae
+
+
+@torch.no_grad()
+def audio_roundtrip(run: Run, vae) -> tuple[list, tuple[torch.Tensor, torch.Tensor], dict]:
+    """Eight bouncing training clips (one on CPU; audio_probe's set, where run 6's decoder put its clicks 323 ms from
+    the bounces) through the VAE: their specs, (latent, decoded audio) and click timing."""
+    vae.eval()
+    specs = bouncing_specs(8 if run.cuda else 1)
+    z = vae.encode(render_audio(specs, run.device).reshape(-1, 1, NUM_SAMPLES)).latent_dist.mode()
+    recon = vae.decode(z).sample
+    clicks = click_timing(recon, specs)
+    print(f"audio round trip: {clicks}", flush=True)
+    return specs, (z, recon), clicks
 
 
 def audio_from(run: Run, folder: Path, wait: float) -> torch.nn.Module:

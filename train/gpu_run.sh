@@ -33,6 +33,13 @@
 #   stage 11: the transformer continues on the shipped VAEs' latents (run 6's audio decoder, whose encoder run 5's
 #            transformer saw for only 696 steps: the bounce clicks are not yet tied to the bounces), then new turbo
 #            LoRAs and the live checks. One process; timeout keeps the call under its 600 s limit.
+# Run 8 starts from the shipped nano too (CK=out/run7in):
+#   stage 12: two processes. (a) the audio decoder alone (encoder fixed, so the transformer's audio latents stay
+#            valid) with the click-band loss (--audio-click): run 6's decoder loses the bounce clicks that its
+#            encoder's latent keeps (TRAINING.md 5h). (b) the video VAE widened to 16 channels and retrained, encoder
+#            included, with the PCA readout loss (--vae-pca-readout: each latent cell must rebuild its block through
+#            the top 16 PCA components, which keep 22/24 shapes), then the transformer (widened) continues on its
+#            latents. Each prints its round trip before and after. A later stage 11 with CK = this output continues.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -44,7 +51,7 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
 CK=${CK:-out/run3}
-if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ]; then
+if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ]; then  # stage 12 also needs them
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
@@ -141,6 +148,19 @@ case $stage in
       --dit-lr 3e-4 --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 70 --reserve-final 50 --check-seconds 45 \
       --budget 510 "$@" 2>&1 | tee "$OUT/stdout.log"
     rm -f "$OUT/preview.npz" ;;
+  12)
+    timeout 500 python3 -m train.train_nano --out /tmp/a12 --resume "$CK" --continue-phases audio_vae \
+      --phases audio_vae --audio-decoder-only --audio-batch 32 --audio-lr 1e-3 --audio-l1 0.1 --audio-deterministic \
+      --audio-stft-floor 0.01 --audio-loudness 0.5 --audio-click 2 --roundtrip-before --reserve-after-audio 0 \
+      --audio-seconds 430 --budget 450 > /tmp/a12.log 2>&1 &
+    timeout 560 python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --vae-from-model "${MODEL:-assets/nano}" \
+      --phases video_vae,dit --video-latent-channels 16 --vae-pca-readout 10 --edge-weight 8 --vae-batch 24 \
+      --vae-lr 1e-3 --roundtrip-before --vae-seconds 300 --reserve-after-vae 200 --dit-lr 5e-4 --dit-seconds 600 \
+      --reserve-after-dit 30 --audio-weight 1.0 --budget 530 "$@" 2>&1 | tee "$OUT/stdout.log"
+    wait
+    rm -f "$OUT/preview.npz"
+    cp /tmp/a12/audio_vae.safetensors "$OUT/"  # the new decoder (its encoder, so the latents, unchanged)
+    cp /tmp/a12.log "$OUT/a12.log"; cp /tmp/a12/train_log.json "$OUT/a12_train_log.json" ;;
   10)
     secs=${SECS:-450}
     timeout $((secs + 100)) python3 -m train.train_nano --out "$OUT" --mirror /tmp/ck10 \

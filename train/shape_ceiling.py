@@ -39,18 +39,29 @@ def from_blocks(blocks: torch.Tensor, channels: int = 3) -> torch.Tensor:
     return x.reshape(b, t * BLOCK_T, hb * BLOCK, wb * BLOCK, channels)
 
 
-def principal_components(clips: int = 40, sample: int = 60_000, seed: int = 11) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, components sorted by variance, as columns) of the blocks of `clips` training-split clips."""
-    blocks = torch.cat([to_blocks(render_video(sample_specs(seed + i, 8, "train"))).flatten(0, 3)
-                        for i in range(clips // 8)])
+def principal_components(clips: int = 40, sample: int = 60_000, seed: int = 11,
+                         device="cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean, components sorted by variance as columns, their variances) of the blocks of `clips` training-split
+    clips, in [0, 1] RGB."""
+    blocks = torch.cat([to_blocks(render_video(sample_specs(seed + i, 8, "train"), device=device)).flatten(0, 3)
+                        for i in range(max(clips // 8, 1))])
     mean = blocks.mean(0)
-    picked = blocks[torch.randperm(len(blocks), generator=torch.Generator().manual_seed(0))[:sample]] - mean
-    _, vectors = torch.linalg.eigh(picked.T @ picked / len(picked))
-    return mean, vectors.flip(1)
+    picked = blocks[torch.randperm(len(blocks), generator=torch.Generator().manual_seed(0))[:sample].to(device)] - mean
+    values, vectors = torch.linalg.eigh(picked.T @ picked / len(picked))
+    return mean, vectors.flip(1), values.flip(0).clamp_min(0)
+
+
+def pca_readout(channels: int, device="cpu", **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean (3072,), readout (channels, 3072)): the top `channels` components, each scaled by its standard
+    deviation, so `cell @ readout + mean` rebuilds a block from about-unit-variance coefficients. train_nano's
+    --vae-pca-readout holds each latent cell to rebuilding its block this way: the latent then keeps at least what
+    the block-wise PCA code keeps (17/24 shapes at 8 numbers, 22/24 at 16, below)."""
+    mean, vectors, values = principal_components(device=device, **kwargs)
+    return mean, (vectors[:, :channels] * values[:channels].sqrt()).T.contiguous()
 
 
 def shape_hits(ks: list[int], clips: int = 24) -> dict:
-    mean, vectors = principal_components()
+    mean, vectors, _ = principal_components()
     specs = sample_specs(7, clips, "heldout")
     video = render_video(specs)
     blocks = to_blocks(video)

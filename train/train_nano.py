@@ -107,6 +107,9 @@ def train_video_vae(run: Run, init: Path | None = None, stats: dict | None = Non
         run.note("video_vae_before", roundtrip=roundtrip_check(run, vae))
         vae.train()
     pool = latent_pool(run, vae, rng, window) if args.vae_decoder_only and args.vae_latent_pool else None
+    if args.vae_pca_readout:
+        from train.shape_ceiling import pca_readout, to_blocks
+        pca_mean, readout = pca_readout(vae.config.latent_channels, run.device)
     begin = time.time()
     deadline = run.phase_deadline(args.vae_seconds, reserve=args.reserve_after_vae)
     losses, step = [], 0
@@ -143,7 +146,13 @@ def train_video_vae(run: Run, init: Path | None = None, stats: dict | None = Non
         loss = loss_rec + args.colour_weight * loss_colour
         if not args.vae_decoder_only:  # the KL has no gradient into a frozen encoder
             loss = loss + args.vae_kl * gaussian_kl(posterior.mean.float(), posterior.logvar.float())
-        loss_silhouette = torch.zeros(())
+        loss_silhouette = loss_readout = torch.zeros(())
+        if args.vae_pca_readout:
+            # The first encoder chunk's cells 1-4 are frames 1-16 (cell 0 is frame 0 alone): each must rebuild its
+            # 4x16x16 block through the fixed PCA readout.
+            cells = posterior.mean[:, :, 1:5].float().permute(0, 2, 3, 4, 1)
+            loss_readout = (cells @ readout + pca_mean - to_blocks(video[:, :17])).pow(2).mean()
+            loss = loss + args.vae_pca_readout * loss_readout
         if args.silhouette_weight:
             colour = torch.tensor([COLOURS[spec.colour] for spec in specs], device=run.device)
             loss_silhouette = silhouette_error(rgb, coverage, colour, background_plates(specs, run.device),
@@ -155,10 +164,11 @@ def train_video_vae(run: Run, init: Path | None = None, stats: dict | None = Non
         optimizer.step()
         if step % args.vae_log_every == 0:
             losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_colour.item(),
-                           loss_silhouette.item()])
-            if args.vae_decoder_only:
-                print(f"video decoder step {step} ({time.time() - begin:.0f} s): weighted L1 {loss_rec.item():.4f}, "
-                      f"colour {loss_colour.item():.4f}, silhouette {loss_silhouette.item():.4f}", flush=True)
+                           loss_silhouette.item(), loss_readout.item()])
+            if args.vae_decoder_only or args.vae_pca_readout:
+                print(f"video VAE step {step} ({time.time() - begin:.0f} s): weighted L1 {loss_rec.item():.4f}, "
+                      f"colour {loss_colour.item():.4f}, silhouette {loss_silhouette.item():.4f}, "
+                      f"PCA readout {loss_readout.item():.5f}", flush=True)
         step += 1
     vae.eval()
     if args.vae_decoder_only and stats and "latents_mean" in stats:
@@ -195,26 +205,29 @@ def latent_pool(run: Run, vae, rng: np.random.Generator, window: int) -> dict:
 
 @torch.no_grad()
 def roundtrip_check(run: Run, vae, count: int | None = None) -> dict:
-    """The tracker on ground-truth training clips after an encode/decode round trip: the ceiling the VAE puts on
-    what any transformer can show (run 3's VAE: colour 24/24, motion 24/24, shape 8/24)."""
+    """The tracker on ground-truth clips after an encode/decode round trip: the ceiling the VAE puts on what any
+    transformer can show. Two sets: training-split clips (run 3's VAE: colour 24/24, motion 24/24, shape 8/24) and
+    held-out-triple clips (seed 7, the set of shape_ceiling's PCA floor: 17/24 shapes at 8 numbers per block)."""
     from train.metrics import track
 
     count = count or run.args.roundtrip_clips or (24 if run.cuda else 2)
-    specs = sample_specs(configs.SEED + 6, count, "train")
-    hits = {"colour": 0, "motion": 0, "shape": 0}
-    for i in range(0, count, 8):
-        chunk = specs[i:i + 8]
-        with run.autocast():
-            latents = vae.encode(to_vae_space(render_video(chunk, device=run.device))).latent_dist.mode()
-            recon = vae.decode(latents).sample
-        frames = (from_vae_space(recon) * 255).round().to(torch.uint8).cpu().numpy()
-        for spec, clip in zip(chunk, frames):
-            tr = track(clip)
-            hits["colour"] += tr.colour == spec.colour
-            hits["motion"] += tr.motion == spec.motion
-            hits["shape"] += tr.shape == spec.shape
-    result = {k: f"{v}/{count}" for k, v in hits.items()}
-    print(f"round trip of {count} training clips (tracker): {result}", flush=True)
+    result = {}
+    for name, specs in (("train", sample_specs(configs.SEED + 6, count, "train")),
+                        ("heldout", sample_specs(7, count, "heldout"))):
+        hits = {"colour": 0, "motion": 0, "shape": 0}
+        for i in range(0, count, 8):
+            chunk = specs[i:i + 8]
+            with run.autocast():
+                latents = vae.encode(to_vae_space(render_video(chunk, device=run.device))).latent_dist.mode()
+                recon = vae.decode(latents).sample
+            frames = (from_vae_space(recon) * 255).round().to(torch.uint8).cpu().numpy()
+            for spec, clip in zip(chunk, frames):
+                tr = track(clip)
+                hits["colour"] += tr.colour == spec.colour
+                hits["motion"] += tr.motion == spec.motion
+                hits["shape"] += tr.shape == spec.shape
+        result[name] = {k: f"{v}/{count}" for k, v in hits.items()}
+    print(f"round trip of {count} clips per set (tracker): {result}", flush=True)
     return result
 
 
@@ -398,13 +411,14 @@ def live_checks(run: Run, model, text: TextTable, vae, tag: str, loras: dict | N
     prompts = heldout_prompts(run.args.check_prompts)
     captions = [caption(*content, template) for content, template in prompts]
     baseline = sample_clips(run, model, text, captions, run.args.teacher_steps, 42, vae).cpu().numpy()
-    hits, details = 0, []
+    hits, shapes, details = 0, 0, []
     for (content, _), frames in zip(prompts, baseline):
         tr = track(frames)
         ok = tr.colour == content[0] and tr.motion == content[2]
-        hits += ok
+        hits, shapes = hits + ok, shapes + (tr.shape == content[1])
         details.append({"content": list(content), **tr.to_dict(), "ok": bool(ok)})
-    result = {"heldout_accuracy": round(hits / len(prompts), 3), "heldout": details}
+    result = {"heldout_accuracy": round(hits / len(prompts), 3), "heldout_shape": round(shapes / len(prompts), 3),
+              "heldout": details}
     for name, lora in (loras or {}).items():
         lora.enabled = True
         turbo = sample_clips(run, model, text, captions, lora.steps, 42, vae).cpu().numpy()
@@ -558,10 +572,13 @@ def parse_args(argv=None):
     p.add_argument("--silhouette-tau", type=float, default=0.1, help="temperature of that soft mask (RGB L1 units)")
     p.add_argument("--vae-latent-pool", type=int, default=0,
                    help="decoder-only: encode this many training windows once and draw batches from them (CPU)")
+    p.add_argument("--vae-pca-readout", type=float, default=0.0,
+                   help="weight of the PCA readout loss: each latent cell, read by the fixed top PCA components of "
+                        "the training blocks, must rebuild its 4x16x16 block (TRAINING.md 5h)")
     p.add_argument("--vae-warmup", type=int, default=100, help="video VAE learning-rate warm-up steps")
     p.add_argument("--vae-log-every", type=int, default=25)
     p.add_argument("--roundtrip-before", action="store_true",
-                   help="run the round-trip check on the starting video VAE too (before the phase trains)")
+                   help="run the round-trip check on the starting VAEs too (before their phases train)")
     p.add_argument("--roundtrip-clips", type=int, default=None,
                    help="clips for the end-of-phase round-trip check (default 24 on GPU, 2 on CPU)")
     p.add_argument("--video-latent-channels", type=int, default=None,
@@ -587,6 +604,8 @@ def parse_args(argv=None):
                    help="log-STFT floor as a fraction of each clip's loudest bin (0: 1e-5 absolute, runs 1-5)")
     p.add_argument("--audio-loudness", type=float, default=0.0,
                    help="weight of the log frame-energy L1 (run 5's decoder fell silent without it)")
+    p.add_argument("--audio-click", type=float, default=0.0,
+                   help="weight of the click-band loss (train/losses.py: log energy of 1.5-3 kHz in 5 ms frames)")
     p.add_argument("--audio-probe", type=float, default=0.0,
                    help="weight of the latent head loss (pitch, loudness, click, timbre read from the latent)")
     p.add_argument("--num-clips", type=int, default=2400)
