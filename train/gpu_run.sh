@@ -40,6 +40,10 @@
 #            included, with the PCA readout loss (--vae-pca-readout: each latent cell must rebuild its block through
 #            the top 16 PCA components, which keep 22/24 shapes), then the transformer (widened) continues on its
 #            latents. Each prints its round trip before and after. A later stage 11 with CK = this output continues.
+#   stage 13 (CK=out/run8in: stage 12's transformer, video VAE and log, with the shipped audio VAE and text.tar):
+#            two processes: the transformer continues, then new turbo LoRAs and the live checks (stage 11's command);
+#            beside it the video decoder alone (encoder frozen, so the transformer's latents stay valid) continues
+#            from stage 12's VAE, which had 646 steps after its latent was remade.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -143,6 +147,17 @@ case $stage in
     while pgrep -f "train.train_nano" > /dev/null; do sleep 30; tail -qn1 /tmp/a9.log /tmp/v9.log; done
     tar cf "$OUT/audio.tar" -C /tmp a9 a9.log
     tar cf "$OUT/vae.tar" -C /tmp v9 v9.log ;;
+  13)
+    timeout 520 python3 -m train.train_nano --out /tmp/v13 --resume "$CK" --continue-phases video_vae \
+      --phases video_vae --vae-decoder-only --edge-weight 8 --vae-batch 24 --vae-lr 5e-4 --vae-seconds 430 \
+      --reserve-after-vae 0 --budget 500 > /tmp/v13.log 2>&1 &
+    timeout 585 python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-weight 1.0 \
+      --dit-lr 4e-4 --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 70 --reserve-final 50 --check-seconds 45 \
+      --budget 520 "$@" 2>&1 | tee "$OUT/stdout.log"
+    wait
+    rm -f "$OUT/preview.npz" "$OUT/video_vae.safetensors"  # the carried VAE; the continued decoder is video_vae13
+    cp /tmp/v13/video_vae.safetensors "$OUT/video_vae13.safetensors"
+    cp /tmp/v13.log "$OUT/v13.log"; cp /tmp/v13/train_log.json "$OUT/v13_train_log.json" ;;
   11)
     timeout 585 python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-weight 1.0 \
       --dit-lr 3e-4 --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 70 --reserve-final 50 --check-seconds 45 \
