@@ -107,6 +107,21 @@ def test_click_timing_finds_the_rendered_clicks_at_the_bounces_and_none_in_silen
                                                                "median_ms": None}
 
 
+def test_click_detector_ignores_harmonics_sweeping_into_the_click_band():
+    """A high square's 3rd and a high triangle's 2nd harmonic lie in the 1.5-3 kHz click band; clips that never
+    bounce have no clicks (the median-only rule found 109 in these 20), and bouncing ones exactly their bounces."""
+    from train.audio_probe import bouncing_specs
+    from train.verify_nano import click_times
+
+    still = [s for s in sample_specs(3, 40, "train") if s.motion != "bouncing"][:20]
+    assert any(s.shape != "circle" and s.motion == "up" for s in still)
+    assert sum(len(click_times(audio, SAMPLE_RATE)) for audio in render_audio(still).numpy()) == 0
+    bouncing = bouncing_specs(8)
+    found = [click_times(audio, SAMPLE_RATE) for audio in render_audio(bouncing).numpy()]
+    assert [len(f) for f in found] == [len(bounce_times(s)) for s in bouncing]
+    assert max(min(abs(t - c) for c in f) for s, f in zip(bouncing, found) for t in bounce_times(s)) < 0.01
+
+
 def test_silent_audio_has_no_clicks_or_pitch():
     from train.verify_nano import click_times, dominant_pitch
 

@@ -161,19 +161,31 @@ def dominant_pitch(audio: np.ndarray, sample_rate: int, fps: float, frames: int)
     return pitch
 
 
+CLICK_JUMP = 8.0  # a click frame's band energy against the 5-50 ms before it (and the clip's median)
+CLICK_LOOKBACK = 10  # 5 ms frames
+CLICK_FLOOR = 1e-5  # absolute: a rendered click frame holds about 0.02; keeps near-silent audio from firing
+
+
 def click_times(audio: np.ndarray, sample_rate: int) -> list[float]:
-    """Seconds of click onsets: 5 ms frames whose 1.5-3 kHz energy jumps above 8x the clip's median band energy,
-    away from the clip's first and last 50 ms (where the tone's own start and end ring through the filter)."""
+    """Seconds of click onsets: 5 ms frames whose 1.5-3 kHz energy jumps above CLICK_JUMP times both the clip's median
+    band energy and the mean of the 5-50 ms before it, away from the clip's first and last 50 ms (where the tone's own
+    start and end ring through the filter).
+
+    The band holds the square's 3rd and the triangle's 2nd harmonic whenever the tone is high, so a rule against the
+    median alone fired wherever a harmonic swept into the band: 109 "clicks" in 20 rendered clips that never bounce,
+    and 62 for 29 bounces. A click jumps within one frame; a sweeping harmonic does not."""
     from scipy.signal import butter, sosfiltfilt
 
     band = sosfiltfilt(butter(4, (1500, 3000), btype="band", fs=sample_rate, output="sos"), audio.mean(0))
     step = int(0.005 * sample_rate)
     energy = np.array([np.square(band[i:i + step]).mean() for i in range(0, len(band) - step, step)])
-    threshold = 8 * np.median(energy) + 1e-8
+    median = np.median(energy)
     times, last = [], -1.0
     for i, e in enumerate(energy):
         t = i * step / sample_rate
-        if e > threshold and t - last > 0.15 and 0.05 <= t <= len(band) / sample_rate - 0.05:
+        before = energy[max(0, i - CLICK_LOOKBACK):max(0, i - 1)]  # skip the frame just before: it may hold the onset
+        reference = max(median, before.mean() if len(before) else 0.0)
+        if e > CLICK_JUMP * reference + CLICK_FLOOR and t - last > 0.15 and 0.05 <= t <= len(band) / sample_rate - 0.05:
             times.append(t)
             last = t
     return times
