@@ -390,10 +390,10 @@ def bench_flex(S, keep=0.1):
 
     from kernels import tile_select as sel
 
-    QB = S // 64
+    QB = -(-S // 64)  # 64-row blocks of the bucket: 104,016 rows run in 104,064, as our kernel runs them
     video_start, _ = layout(S)
     n_sink_blk = -(-video_start // 64)  # aligned blocks holding the sink rows
-    q, k, v = (torch.randn(1, H, S, D, device="cuda").bfloat16() for _ in range(3))
+    q, k, v = (torch.randn(1, H, QB * 64, D, device="cuda").bfloat16() for _ in range(3))
     # Same density as ours: sink blocks + top ceil(keep * video blocks) video blocks per video query block.
     qs = q.transpose(1, 2)
     ti = sel.select_tiles(qs, k.transpose(1, 2), n_sink_blk * 64, S, keep) + n_sink_blk
@@ -406,7 +406,7 @@ def bench_flex(S, keep=0.1):
     full_idx[:, :, n_sink_blk:, n_sink_blk:n_sink_blk + kk] = ti.int()
     zeros_num = torch.zeros(1, H, QB, dtype=torch.int32, device="cuda")
     bm = BlockMask.from_kv_blocks(zeros_num, torch.zeros_like(full_idx), full_num, full_idx, BLOCK_SIZE=64,
-                                  seq_lengths=(S, S))
+                                  seq_lengths=(QB * 64, QB * 64))
     flex = torch.compile(flex_attention, dynamic=False)
     # FLOPs of the blocks FlexAttention computes (64 x 64 each; its sink is whole blocks, so a little more than ours)
     flops = 4 * D * 64 * 64 * full_num.sum().item()
