@@ -218,7 +218,7 @@ def measure_decode(tiny: bool, device: str, clock: Clock, requests: list[str]) -
         vae = AutoencoderKLMiniMaxH3.from_config(AutoencoderKLMiniMaxH3.load_config(NANO_DIR / "vae"))
         audio_vae = AutoencoderKLMiniMaxH3Audio.from_config(
             AutoencoderKLMiniMaxH3Audio.load_config(NANO_DIR / "audio_vae"))
-        shapes = {"5s": ((1, 8, 37, 8, 14), (2, 8, 207))}
+        shapes = {"5s": ((1, vae.config.latent_channels, 37, 8, 14), (2, audio_vae.config.latent_channels, 207))}
     else:
         vae = AutoencoderKLMiniMaxH3().to(device, torch.bfloat16)
         audio_vae = AutoencoderKLMiniMaxH3Audio(latents_mean=[0.0] * 32, latents_std=[1.0] * 32).to(device,

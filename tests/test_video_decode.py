@@ -31,8 +31,11 @@ def _vae():
 
 
 def _latents(frames: int) -> torch.Tensor:
+    import json
+
+    channels = json.loads((NANO_VAE / "config.json").read_text())["latent_channels"]
     generator = torch.Generator().manual_seed(frames)
-    return torch.randn(1, 8, frames, 4, 7, generator=generator)
+    return torch.randn(1, channels, frames, 4, 7, generator=generator)
 
 
 @pytest.fixture(scope="module")

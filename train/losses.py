@@ -57,7 +57,7 @@ def click_band_loss(recon: torch.Tensor, target: torch.Tensor, sample_rate: int,
                     click_weight: float = 20.0) -> torch.Tensor:
     """L1 between log energies of the click band (1.5-3 kHz) in 5 ms frames (8 ms Hann windows); recon, target:
     (B, 1, N). The multi-STFT loss averages over every bin and frame, where a 12 ms click is a tiny share, and run 6's
-    decoder put its clicks at a steady rhythm unrelated to the bounces (TRAINING.md 5g). In these units a click frame
+    decoder makes no clicks at all (TRAINING.md 5h). In these units a click frame
     is 3-7 and the tones' harmonics reach 0.3; `floor` keeps that leakage from dominating the log, and the frames
     where the target has a click (band energy > 1) count `click_weight` times, as they are about 1% of the frames."""
     n_fft = 128
