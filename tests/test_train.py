@@ -212,6 +212,20 @@ def test_click_band_loss_pays_for_a_click_at_the_wrong_time_and_not_for_the_tone
     assert click_band_loss(late, audio, SAMPLE_RATE).item() > 3 * click_band_loss(quieter, audio, SAMPLE_RATE).item()
 
 
+def test_audio_batch_crops_its_bouncing_share_around_a_bounce():
+    """--audio-bounce-share: that share of the batch is bouncing clips whose crop holds a bounce about 0.1 s or more
+    from either edge (the start rounds to a latent frame); every crop is whole."""
+    from train.audio_vae import audio_batch
+
+    crop, hop = 48 * 400, 400
+    specs, firsts = audio_batch(np.random.default_rng(3), 8, 0.5, crop, hop)
+    assert len(specs) == len(firsts) == 8
+    assert all(f % hop == 0 and 0 <= f <= NUM_SAMPLES - crop for f in firsts)
+    for spec, first in zip(specs[:4], firsts[:4]):
+        inside = [t * SAMPLE_RATE - first for t in bounce_times(spec)]
+        assert any(0.1 * SAMPLE_RATE - hop <= t <= crop - 0.1 * SAMPLE_RATE + hop for t in inside)
+
+
 def test_pca_readout_rebuilds_blocks_better_with_more_components():
     """train_nano's --vae-pca-readout holds each latent cell to rebuilding its block through the top PCA components:
     with the best coefficients (least squares), 16 components must rebuild unseen blocks better than 8, and a

@@ -44,6 +44,11 @@
 #            two processes: the transformer continues, then new turbo LoRAs and the live checks (stage 11's command);
 #            beside it the video decoder alone (encoder frozen, so the transformer's latents stay valid) continues
 #            from stage 12's VAE, which had 646 steps after its latent was remade.
+# Clicks for the shipped nano (TRAINING.md 5h): CK=out/run7in (its audio_vae.safetensors and train_log.json are the
+# shipped audio VAE's, run 6's):
+#   stage 14: the audio decoder alone (encoder fixed, so the shipped transformer's audio latents stay valid) with the
+#            click-band loss at weight 20 and half of each batch cropped around a bounce: on this CPU, 200 steps on
+#            8 fixed crops taught it clicks within 10 ms of the bounces (in-sample). $OUT gets audio.tar.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -55,7 +60,7 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
 CK=${CK:-out/run3}
-if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ]; then  # stage 12 also needs them
+if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" != 14 ]; then
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
@@ -176,6 +181,12 @@ case $stage in
     rm -f "$OUT/preview.npz"
     cp /tmp/a12/audio_vae.safetensors "$OUT/"  # the new decoder (its encoder, so the latents, unchanged)
     cp /tmp/a12.log "$OUT/a12.log"; cp /tmp/a12/train_log.json "$OUT/a12_train_log.json" ;;
+  14)
+    timeout 540 python3 -m train.train_nano --out /tmp/a14 --resume "$CK" --continue-phases audio_vae \
+      --phases audio_vae --audio-decoder-only --audio-batch 32 --audio-lr 2e-3 --audio-l1 0.1 --audio-deterministic \
+      --audio-stft-floor 0.01 --audio-loudness 0.5 --audio-click 20 --audio-bounce-share 0.5 --roundtrip-before \
+      --reserve-after-audio 0 --audio-seconds 480 --budget 500 "$@" 2>&1 | tee /tmp/a14.log
+    tar cf "$OUT/audio.tar" -C /tmp a14 a14.log ;;
   10)
     secs=${SECS:-450}
     timeout $((secs + 100)) python3 -m train.train_nano --out "$OUT" --mirror /tmp/ck10 \

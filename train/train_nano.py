@@ -606,6 +606,8 @@ def parse_args(argv=None):
                    help="weight of the log frame-energy L1 (run 5's decoder fell silent without it)")
     p.add_argument("--audio-click", type=float, default=0.0,
                    help="weight of the click-band loss (train/losses.py: log energy of 1.5-3 kHz in 5 ms frames)")
+    p.add_argument("--audio-bounce-share", type=float, default=0.0,
+                   help="share of each audio batch that is bouncing clips cropped around a bounce (train/audio_vae.py)")
     p.add_argument("--audio-probe", type=float, default=0.0,
                    help="weight of the latent head loss (pitch, loudness, click, timbre read from the latent)")
     p.add_argument("--num-clips", type=int, default=2400)
