@@ -160,7 +160,8 @@ case $stage in
       --dit-lr 4e-4 --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 70 --reserve-final 50 --check-seconds 45 \
       --budget 520 "$@" 2>&1 | tee "$OUT/stdout.log"
     wait
-    rm -f "$OUT/preview.npz" "$OUT/video_vae.safetensors"  # the carried VAE; the continued decoder is video_vae13
+    # $OUT brings back 8 files: drop the carried VAEs (unchanged copies) so the continued decoder fits
+    rm -f "$OUT/preview.npz" "$OUT/video_vae.safetensors" "$OUT/audio_vae.safetensors"
     cp /tmp/v13/video_vae.safetensors "$OUT/video_vae13.safetensors"
     cp /tmp/v13.log "$OUT/v13.log"; cp /tmp/v13/train_log.json "$OUT/v13_train_log.json" ;;
   11)
