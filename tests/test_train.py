@@ -199,8 +199,8 @@ def test_audio_losses_make_silence_dearer_than_a_faint_noisy_tone():
 
 
 def test_click_band_loss_pays_for_a_click_at_the_wrong_time_and_not_for_the_tone():
-    """Run 6's decoder kept the pitch but put its clicks at a steady rhythm unrelated to the bounces; the click-band
-    term (--audio-click) must prefer the click where the bounce is, whatever the tone does."""
+    """Run 6's decoder keeps the pitch but makes no clicks; the click-band term (--audio-click) must prefer the click
+    where the bounce is, whatever the tone does."""
     from train.losses import click_band_loss
 
     spec = make_spec(("red", "circle", "bouncing", "grey"), seed=5)

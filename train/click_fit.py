@@ -17,18 +17,9 @@ import torch
 from train.audio_probe import bouncing_specs
 from train.audio_vae import AUDIO_ENCODER_SIDE
 from train.dataset import SAMPLE_RATE, bounce_times, render_audio
-from train.losses import CLICK_BAND_HZ, click_band_loss, loudness_loss, stft_loss
+from train.losses import click_band_energy, click_band_loss, loudness_loss, stft_loss
 
 CROP, HOP = 48 * 400, 400
-
-
-def band_energy(audio: torch.Tensor) -> torch.Tensor:
-    """(B, 1, N) → (B, frames) mean power of the click band in 5 ms hops of 8 ms windows (the loss's own measure)."""
-    n_fft = 128
-    freqs = torch.fft.rfftfreq(n_fft, 1 / SAMPLE_RATE)
-    band = (freqs >= CLICK_BAND_HZ[0]) & (freqs <= CLICK_BAND_HZ[1])
-    spec = torch.stft(audio.squeeze(1), n_fft, SAMPLE_RATE // 200, window=torch.hann_window(n_fft), return_complex=True)
-    return spec.abs().pow(2)[:, band].mean(dim=1)
 
 
 def main() -> None:
@@ -54,7 +45,8 @@ def main() -> None:
         if param.requires_grad:
             params.append(param)
     optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(0.8, 0.99))
-    peaks = lambda a: [round(v, 3) for v in band_energy(a).amax(dim=1).tolist()]  # noqa: E731
+    energy = lambda a: click_band_energy(a, SAMPLE_RATE)  # noqa: E731
+    peaks = lambda a: [round(v, 3) for v in energy(a).amax(dim=1).tolist()]  # noqa: E731
     print("rendered peaks", peaks(x), flush=True)
     begin = time.time()
     for step in range(args.steps + 1):
@@ -69,7 +61,7 @@ def main() -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-    offsets = (band_energy(recon.detach()).argmax(dim=1) - band_energy(x).argmax(dim=1)) * 5
+    offsets = (energy(recon.detach()).argmax(dim=1) - energy(x).argmax(dim=1)) * 5
     print("decoded peak minus rendered click (ms):", offsets.tolist())
 
 

@@ -39,7 +39,7 @@
 #            encoder's latent keeps (TRAINING.md 5h). (b) the video VAE widened to 16 channels and retrained, encoder
 #            included, with the PCA readout loss (--vae-pca-readout: each latent cell must rebuild its block through
 #            the top 16 PCA components, which keep 22/24 shapes), then the transformer (widened) continues on its
-#            latents. Each prints its round trip before and after. A later stage 11 with CK = this output continues.
+#            latents. Each prints its round trip before and after. Stage 13 continues from this output.
 #   stage 13 (CK=out/run8in: stage 12's transformer, video VAE and log, with the shipped audio VAE and text.tar):
 #            two processes: the transformer continues, then new turbo LoRAs and the live checks (stage 11's command);
 #            beside it the video decoder alone (encoder frozen, so the transformer's latents stay valid) continues

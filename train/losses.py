@@ -53,24 +53,27 @@ def loudness_loss(recon: torch.Tensor, target: torch.Tensor, frame: int) -> torc
 CLICK_BAND_HZ = (1500.0, 3000.0)  # the bounce click is a 2 kHz burst; the tone is 220-880 Hz but its timbres leak here
 
 
+def click_band_energy(x: torch.Tensor, sample_rate: int) -> torch.Tensor:
+    """(B, 1, N) → (B, frames): mean power of the click band (1.5-3 kHz) in 5 ms hops of 8 ms Hann windows. In these
+    units a rendered click frame is 3-7 and the tones' harmonics reach 0.3."""
+    n_fft = 128
+    freqs = torch.fft.rfftfreq(n_fft, 1 / sample_rate).to(x.device)
+    band = (freqs >= CLICK_BAND_HZ[0]) & (freqs <= CLICK_BAND_HZ[1])
+    spec = torch.stft(x.squeeze(1).float(), n_fft, sample_rate // 200, window=torch.hann_window(n_fft, device=x.device),
+                      return_complex=True)
+    return spec.abs().pow(2)[:, band].mean(dim=1)
+
+
 def click_band_loss(recon: torch.Tensor, target: torch.Tensor, sample_rate: int, floor: float = 0.05,
                     click_weight: float = 20.0) -> torch.Tensor:
-    """L1 between log energies of the click band (1.5-3 kHz) in 5 ms frames (8 ms Hann windows); recon, target:
-    (B, 1, N). The multi-STFT loss averages over every bin and frame, where a 12 ms click is a tiny share, and run 6's
-    decoder makes no clicks at all (TRAINING.md 5h). In these units a click frame
-    is 3-7 and the tones' harmonics reach 0.3; `floor` keeps that leakage from dominating the log, and the frames
-    where the target has a click (band energy > 1) count `click_weight` times, as they are about 1% of the frames."""
-    n_fft = 128
-    window = torch.hann_window(n_fft, device=recon.device)
-    freqs = torch.fft.rfftfreq(n_fft, 1 / sample_rate).to(recon.device)
-    band = (freqs >= CLICK_BAND_HZ[0]) & (freqs <= CLICK_BAND_HZ[1])
-
-    def band_energy(x: torch.Tensor) -> torch.Tensor:
-        spec = torch.stft(x.squeeze(1).float(), n_fft, sample_rate // 200, window=window, return_complex=True)
-        return spec.abs().pow(2)[:, band].mean(dim=1)
-    want = band_energy(target)
+    """L1 between log click-band energies (`click_band_energy`) of recon and target, (B, 1, N) each. The multi-STFT
+    loss averages over every bin and frame, where a 12 ms click is a tiny share, and run 6's decoder makes no clicks
+    at all (TRAINING.md 5h). `floor` keeps the harmonics' leakage from dominating the log; the frames where the
+    target has a click (energy > 1) count `click_weight` times, as they are about 1% of the frames."""
+    want = click_band_energy(target, sample_rate)
     weight = 1.0 + (click_weight - 1.0) * (want > 1.0)
-    return (weight * ((band_energy(recon) + floor).log() - (want + floor).log()).abs()).sum() / weight.sum()
+    error = ((click_band_energy(recon, sample_rate) + floor).log() - (want + floor).log()).abs()
+    return (weight * error).sum() / weight.sum()
 
 
 def silhouette_error(recon: torch.Tensor, coverage: torch.Tensor, colour: torch.Tensor, background: torch.Tensor,
