@@ -19,7 +19,6 @@ The report (table on stdout, JSON at tests/artifacts/ghost_calibration.json) kee
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import time
@@ -32,6 +31,7 @@ import numpy as np
 
 from studio.quality import ClipData, GhostParams, compare_clips, synth
 from studio.quality.lpips_metric import LpipsScorer, load_lpips
+from studio.quality.metrics import BaselineMotionCache
 
 WIDTH, HEIGHT, FRAMES, SCENES = 672, 384, 16, 8
 OPACITIES = (0.10, 0.15, 0.25, 0.40)
@@ -140,40 +140,16 @@ def _lpips_scorer() -> tuple[LpipsScorer | None, str]:
     return _scorer[0], "lpips_random_backbone"
 
 
-def _keep_the_baselines_flow() -> None:
-    """In a worker process: compare_clips computes the baseline's frame-to-frame flow (studio.quality.compare's
-    `motion(planes, None, keep_flows=True)`) for every case, and a scene's 26 cases share one baseline. Keep the last
-    one, keyed by the baseline's luma planes (all that `motion` reads); its arrays are read-only, so code that wrote
-    to them would fail here rather than skew the figures. The same report to the bit as computing it every time."""
-    from studio.quality import compare
-
-    if multiprocessing.parent_process() is None or getattr(compare.motion, "keeps_baseline", False):
-        return  # never in the pytest process itself (other tests use compare_clips there); once per worker
-    compute, kept = compare.motion, {}
-
-    def motion(planes, flow=None, keep_flows=False):
-        if not keep_flows:
-            return compute(planes, flow, keep_flows)
-        key = hashlib.sha1(planes.y.tobytes()).hexdigest()
-        if key not in kept:
-            kept.clear()
-            result = compute(planes, flow, keep_flows)
-            for array in (result.warp_error, result.speed, result.flows):
-                array.flags.writeable = False
-            kept[key] = result
-        return kept[key]
-
-    motion.keeps_baseline = True
-    compare.motion = motion
+_BASELINE_FLOW = BaselineMotionCache()  # per worker process: a scene's 26 cases share one baseline
 
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """One comparison through the public API (LPIPS on 2 frames only, for the ranking). FLIP is off: nothing here
     reads it, the detector does not use it, and it was 60 % of a case's CPU time (bench/ghost_heldout.py does the
     same)."""
-    _keep_the_baselines_flow()
     base, cand = render_case(case)
-    comparison = compare_clips(ClipData(base, 24.0), ClipData(cand, 24.0), lpips=False, flip=False, workers=1)
+    comparison = compare_clips(ClipData(base, 24.0), ClipData(cand, 24.0), lpips=False, flip=False, workers=1,
+                               baseline_motion=_BASELINE_FLOW)
     summary = comparison.summary()
     scorer, lpips_kind = _lpips_scorer()
     picks = list(LPIPS_FRAMES)

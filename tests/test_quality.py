@@ -108,6 +108,22 @@ def test_ghost_is_flagged_where_it_is(scene, base_frames, ghost_frames):
     assert heat[footprint].sum() > 0.9 * heat.sum() > 0
 
 
+def test_a_shared_baseline_flow_gives_the_same_report_and_is_computed_once(base_frames, ghost_frames):
+    """compare_clips(baseline_motion=...): candidates against one baseline reuse its flow, report unchanged."""
+    from studio.quality.metrics import BaselineMotionCache
+
+    cache = BaselineMotionCache()
+    noisy = synth.noise(base_frames, 8)
+    for candidate in (ghost_frames, noisy):
+        fresh = compare_clips(clip(base_frames), clip(candidate), lpips=False, flip=False).summary()
+        shared = compare_clips(clip(base_frames), clip(candidate), lpips=False, flip=False,
+                               baseline_motion=cache).summary()
+        assert shared == fresh
+    assert cache.computed == 1
+    compare_clips(clip(noisy), clip(base_frames), lpips=False, flip=False, baseline_motion=cache)
+    assert cache.computed == 2  # a new baseline is computed, never served from the old one
+
+
 def test_overlays_are_rgb_frames(base_frames, ghost_frames):
     comparison = compare_clips(clip(base_frames), clip(ghost_frames), lpips=False)
     i = comparison.worst_frame

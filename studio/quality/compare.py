@@ -24,7 +24,7 @@ from .flip_metric import flip_available, flip_frame
 from .gates import GateInputs, Gates, evaluate
 from .ghost import GhostParams, GhostResult, detect_ghosts
 from .lpips_metric import LpipsScorer, load_lpips
-from .metrics import frame_pass, jitter_ratio, motion, per_frame_jitter
+from .metrics import BaselineMotionCache, frame_pass, jitter_ratio, motion, per_frame_jitter
 from .temporal import temporal_consistency, temporal_errors
 
 
@@ -213,12 +213,13 @@ def _audio(baseline: ClipData, candidate: ClipData) -> tuple[AudioComparison | N
 def compare_clips(baseline: ClipData, candidate: ClipData, gates: Gates | None = None, align: bool = False,
                   lpips: bool = True, *, flip: bool = True, ghost_params: GhostParams | None = None,
                   lpips_scorer: LpipsScorer | None = None, lpips_weights: str | None = None,
-                  workers: int = 2) -> Comparison:
+                  workers: int = 2, baseline_motion: BaselineMotionCache | None = None) -> Comparison:
     """Compare a candidate clip with its baseline (same seed, same prompt). See Comparison.summary() for output.
 
     lpips=False skips LPIPS (lpips_delta null, reason "not requested"); lpips_scorer overrides the default model;
     lpips_weights is the AlexNet backbone checkpoint (default: the torch hub cache's, see lpips_net.py).
     flip=False skips FLIP the same way (flip null, flip_reason "FLIP not requested").
+    baseline_motion reuses the baseline's flow from an earlier comparison with the same baseline (same report).
     Raises QualityError for mismatched frame counts or sizes unless align=True.
     """
     baseline, candidate, notes = reconcile(baseline, candidate, align)
@@ -230,7 +231,11 @@ def compare_clips(baseline: ClipData, candidate: ClipData, gates: Gates | None =
         cand_planes = stack_planes([m.cand_planes for m in per_frame], factor)
         # Two clips, two independent flow passes: one thread each. The baseline's flows are kept for the
         # temporal-consistency measure.
-        base_motion, cand_motion = pool.map(motion, (base_planes, cand_planes), repeat(None), (True, False))
+        if baseline_motion is None:
+            base_motion, cand_motion = pool.map(motion, (base_planes, cand_planes), repeat(None), (True, False))
+        else:
+            pending = pool.submit(motion, cand_planes)
+            base_motion, cand_motion = baseline_motion.get(base_planes), pending.result()
         flip_reason = flip_available() if flip else "FLIP not requested"
         flip_pairs = (list(pool.map(flip_frame, baseline.frames, candidate.frames, repeat(factor)))
                       if flip_reason is None else None)

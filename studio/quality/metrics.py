@@ -11,6 +11,7 @@ Frames are uint8 RGB (H, W, 3). Luma is BT.601 (OpenCV's RGB2GRAY), in 8-bit uni
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import cv2
@@ -120,6 +121,27 @@ def motion(planes: Planes, flow: FlowEstimator | None = None, keep_flows: bool =
     if frames > 1:
         speed[0] = speed[1]
     return Motion(errors, speed, flows)
+
+
+class BaselineMotionCache:
+    """The baseline's `motion(planes, keep_flows=True)` for the last baseline seen, keyed by its luma planes (all that
+    `motion` reads). Candidates compared one after another against one baseline (a scene's cases in the ghost
+    calibration, a request's tiers) then compute its flow once. The arrays are read-only, so a caller that wrote
+    to them would fail rather than skew the next comparison. Not for concurrent use."""
+
+    def __init__(self) -> None:
+        self._key: str | None = None
+        self._motion: Motion | None = None
+        self.computed = 0  # how many times the flow was computed (tests read it)
+
+    def get(self, planes: Planes) -> Motion:
+        key = hashlib.sha1(planes.y.tobytes()).hexdigest()
+        if key != self._key:
+            result = motion(planes, keep_flows=True)
+            for array in (result.warp_error, result.speed, result.flows):
+                array.flags.writeable = False
+            self._key, self._motion, self.computed = key, result, self.computed + 1
+        return self._motion
 
 
 def jitter_ratio(base_error: np.ndarray, cand_error: np.ndarray) -> float | None:
