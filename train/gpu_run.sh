@@ -64,6 +64,12 @@ if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" !=
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
+# The transformer continues, then new turbo LoRAs and the live checks, inside one call: continue_dit LR BUDGET [flags]
+continue_dit() {
+  timeout 585 python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-weight 1.0 \
+    --dit-lr "$1" --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 70 --reserve-final 50 --check-seconds 45 \
+    --budget "$2" "${@:3}" 2>&1 | tee "$OUT/stdout.log"
+}
 case $stage in
   1)
     ( python3 -m train.text_conditioning --out /tmp/text --table "$TABLE" --seconds 150 \
@@ -156,18 +162,14 @@ case $stage in
     timeout 520 python3 -m train.train_nano --out /tmp/v13 --resume "$CK" --continue-phases video_vae \
       --phases video_vae --vae-decoder-only --edge-weight 8 --vae-batch 24 --vae-lr 5e-4 --vae-seconds 430 \
       --reserve-after-vae 0 --budget 500 > /tmp/v13.log 2>&1 &
-    timeout 585 python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-weight 1.0 \
-      --dit-lr 4e-4 --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 70 --reserve-final 50 --check-seconds 45 \
-      --budget 520 "$@" 2>&1 | tee "$OUT/stdout.log"
+    continue_dit 4e-4 520 "$@"
     wait
     # $OUT brings back 8 files: drop the carried VAEs (unchanged copies) so the continued decoder fits
     rm -f "$OUT/preview.npz" "$OUT/video_vae.safetensors" "$OUT/audio_vae.safetensors"
     cp /tmp/v13/video_vae.safetensors "$OUT/video_vae13.safetensors"
     cp /tmp/v13.log "$OUT/v13.log"; cp /tmp/v13/train_log.json "$OUT/v13_train_log.json" ;;
   11)
-    timeout 585 python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-weight 1.0 \
-      --dit-lr 3e-4 --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 70 --reserve-final 50 --check-seconds 45 \
-      --budget 510 "$@" 2>&1 | tee "$OUT/stdout.log"
+    continue_dit 3e-4 510 "$@"
     rm -f "$OUT/preview.npz" ;;
   12)
     timeout 500 python3 -m train.train_nano --out /tmp/a12 --resume "$CK" --continue-phases audio_vae \
