@@ -49,6 +49,10 @@
 #   stage 14: the audio decoder alone (encoder fixed, so the shipped transformer's audio latents stay valid) with the
 #            click-band loss at weight 20 and half of each batch cropped around a bounce: on this CPU, 200 steps on
 #            8 fixed crops taught it clicks within 10 ms of the bounces (in-sample). $OUT gets audio.tar.
+# Shape, next (TRAINING.md 5h): CK=out/run8in (run 8's 16-channel video VAE and its log):
+#   stage 15: the video VAE alone, encoder included, with the PCA readout for a whole call (stage 12 gave it 646
+#            steps), its round trip printed before and after. If the round trip passes run 6's 11/24 held-out shapes,
+#            the transformer follows on its latents (stage 13 with CK = the new VAE and run 8's transformer).
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -60,7 +64,7 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
 CK=${CK:-out/run3}
-if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" != 14 ]; then
+if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" != 14 ] && [ "$stage" != 15 ]; then
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
@@ -190,6 +194,10 @@ case $stage in
       --audio-stft-floor 0.01 --audio-loudness 0.5 --audio-click 20 --audio-bounce-share 0.5 --roundtrip-before \
       --reserve-after-audio 0 --audio-seconds 480 --budget 500 "$@" 2>&1 | tee /tmp/a14.log
     tar cf "$OUT/audio.tar" -C /tmp a14 a14.log ;;
+  15)
+    timeout 560 python3 -m train.train_nano --out "$OUT" --resume "$CK" --continue-phases video_vae --phases video_vae \
+      --vae-pca-readout 10 --edge-weight 8 --vae-batch 24 --vae-lr 5e-4 --roundtrip-before --vae-seconds 400 \
+      --reserve-after-vae 0 --budget 540 "$@" 2>&1 | tee "$OUT/stdout.log" ;;
   10)
     secs=${SECS:-450}
     timeout $((secs + 100)) python3 -m train.train_nano --out "$OUT" --mirror /tmp/ck10 \
