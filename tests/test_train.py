@@ -226,6 +226,23 @@ def test_audio_batch_crops_its_bouncing_share_around_a_bounce():
         assert any(0.1 * SAMPLE_RATE - hop <= t <= crop - 0.1 * SAMPLE_RATE + hop for t in inside)
 
 
+def test_latent_probe_features_and_distances():
+    """train.latent_probes: a cell's neighbourhood holds the cell itself at its centre (index 13 of 27), zero padding
+    at the edges and a bias; the probe's distance is from the true time to the centre of the frame it picks."""
+    from train.latent_probes import audio_features, neighbourhood, probe_distances
+
+    latent = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(1, 2, 3, 4, 5)
+    features = neighbourhood(latent)
+    assert features.shape == (1, 3, 4, 5, 27 * 2 + 1) and (features[..., -1] == 1).all()
+    assert torch.equal(features[0, 1, 2, 3, 13 * 2:13 * 2 + 2], latent[0, :, 1, 2, 3])
+    assert (features[0, 0, 0, 0, :2] == 0).all()  # the corner's (-1, -1, -1) neighbour is padding
+    assert audio_features(torch.zeros(2, 8, 30)).shape == (30, 5 * 16 + 1)
+    score = np.zeros(200)
+    score[80] = 1.0  # frame 80 covers 2.000-2.025 s
+    found, chance = probe_distances(score, [2.0], np.random.default_rng(0))
+    assert found == [pytest.approx(12.5)] and 0 <= chance[0] <= 312.5
+
+
 def test_pca_readout_rebuilds_blocks_better_with_more_components():
     """train_nano's --vae-pca-readout holds each latent cell to rebuilding its block through the top PCA components:
     with the best coefficients (least squares), 16 components must rebuild unseen blocks better than 8, and a
