@@ -7,6 +7,7 @@ train/verify_nano.py (TRAINING.md).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +27,8 @@ from train.dataset import (
     sample_specs,
 )
 from train.metrics import classify_shape, track
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _uint8(video: torch.Tensor) -> np.ndarray:
@@ -241,6 +244,26 @@ def test_latent_probe_features_and_distances():
     score[80] = 1.0  # frame 80 covers 2.000-2.025 s
     found, chance = probe_distances(score, [2.0], np.random.default_rng(0))
     assert found == [pytest.approx(12.5)] and 0 <= chance[0] <= 312.5
+
+
+def test_checkpoint_from_the_shipped_folder_resumes_with_its_weights_and_statistics(tmp_path):
+    """train.checkpoint_from_model: CK's files load into the trainer's models (train/run.py load_weights) and its log
+    carries the shipped VAEs' latent statistics, as train_nano reads them on resume."""
+    from diffusers import AutoencoderKLMiniMaxH3Audio
+    from safetensors.torch import load_file
+
+    from train import configs
+    from train.checkpoint_from_model import build
+    from train.run import FILES, load_weights
+
+    build(ROOT / "assets" / "nano", tmp_path, text=False)
+    log = json.loads((tmp_path / "train_log.json").read_text())["phases"]
+    shipped = json.loads((ROOT / "assets" / "nano" / "audio_vae" / "config.json").read_text())
+    assert log["audio_vae"]["latents_mean"] == shipped["latents_mean"]
+    assert len(log["video_vae"]["latents_mean"]) == load_file(str(tmp_path / FILES["video_vae"]))[
+        "post_quant_conv.weight"].shape[0]
+    audio = AutoencoderKLMiniMaxH3Audio(**dict(configs.AUDIO_VAE, **log["audio_vae"]))
+    load_weights(audio, tmp_path / FILES["audio_vae"])  # strict: every key and shape matches
 
 
 def test_pca_readout_rebuilds_blocks_better_with_more_components():

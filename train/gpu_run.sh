@@ -44,12 +44,13 @@
 #            two processes: the transformer continues, then new turbo LoRAs and the live checks (stage 11's command);
 #            beside it the video decoder alone (encoder frozen, so the transformer's latents stay valid) continues
 #            from stage 12's VAE, which had 646 steps after its latent was remade.
-# Clicks for the shipped nano (TRAINING.md 5h): CK=out/run7in (its audio_vae.safetensors and train_log.json are the
-# shipped audio VAE's, run 6's):
+# From here on CK is rebuilt from the shipped folder: python -m train.checkpoint_from_model --out out/ck (run 8's
+# transformer and video VAE, run 6's audio VAE, their latent statistics, text.tar; --no-text for stages 14 and 15).
+# Clicks for the shipped nano (TRAINING.md 5h), CK=out/ck:
 #   stage 14: the audio decoder alone (encoder fixed, so the shipped transformer's audio latents stay valid) with the
 #            click-band loss at weight 20 and half of each batch cropped around a bounce: on this CPU, 200 steps on
 #            8 fixed crops taught it clicks within 10 ms of the bounces (in-sample). $OUT gets audio.tar.
-# Shape, next (TRAINING.md 5h): CK=out/run8in (run 8's 16-channel video VAE and its log):
+# Shape, next (TRAINING.md 5h), CK=out/ck (run 8's 16-channel video VAE and its statistics):
 #   stage 15: the video VAE alone, encoder included, with the PCA readout for a whole call (stage 12 gave it 646
 #            steps), its round trip printed before and after. If the round trip passes run 6's 11/24 held-out shapes,
 #            the transformer follows on its latents (stage 13 with CK = the new VAE and run 8's transformer).
