@@ -270,7 +270,7 @@ def test_pca_readout_rebuilds_blocks_better_with_more_components():
     """train_nano's --vae-pca-readout holds each latent cell to rebuilding its block through the top PCA components:
     with the best coefficients (least squares), 16 components must rebuild unseen blocks better than 8, and a
     component's coefficient has about unit variance (the readout carries the scale)."""
-    from train.shape_ceiling import pca_readout, principal_components, to_blocks
+    from train.blocks import pca_readout, principal_components, to_blocks
 
     mean, readout = pca_readout(16, clips=8, sample=4000)
     _, _, values = principal_components(clips=8, sample=4000)

@@ -81,11 +81,14 @@ def train_audio_vae(run: Run, init: Path | None = None, stats: dict | None = Non
             loss_rec = loss_rec + args.audio_loudness * loudness_loss(recon, x, hop)
         if args.audio_click:
             loss_rec = loss_rec + args.audio_click * click_band_loss(recon, x, SAMPLE_RATE)
-        targets = [audio_targets([spec], first, crop, hop, run.device) for spec, first in zip(specs, firsts)]
-        targets = {key: torch.cat([t[key] for t in targets]) for key in targets[0]}  # (B*2, ...) as x
-        loss_probe = audio_probe_loss(head(posterior.mean), targets)
         kl = args.audio_kl if step >= args.audio_kl_after else 0.0
-        loss = loss_rec + args.audio_probe * loss_probe + kl * gaussian_kl(posterior.mean, 2 * posterior.logs)
+        loss = loss_rec + kl * gaussian_kl(posterior.mean, 2 * posterior.logs)
+        loss_probe = None  # at weight 0 the head never learns, so its loss would say nothing
+        if args.audio_probe:
+            targets = [audio_targets([spec], first, crop, hop, run.device) for spec, first in zip(specs, firsts)]
+            targets = {key: torch.cat([t[key] for t in targets]) for key in targets[0]}  # (B*2, ...) as x
+            loss_probe = audio_probe_loss(head(posterior.mean), targets)
+            loss = loss + args.audio_probe * loss_probe
         if args.audio_dc and not args.audio_decoder_only:
             loss = loss + args.audio_dc * trunk["out"].mean(dim=-1).pow(2).mean()
         optimizer.zero_grad(set_to_none=True)
@@ -94,7 +97,8 @@ def train_audio_vae(run: Run, init: Path | None = None, stats: dict | None = Non
             torch.nn.utils.clip_grad_norm_(group["params"], 1.0)
         optimizer.step()
         if step % 25 == 0:
-            losses.append([step, round(time.time() - begin, 2), loss_rec.item(), loss_probe.item(),
+            losses.append([step, round(time.time() - begin, 2), loss_rec.item(),
+                           None if loss_probe is None else loss_probe.item(),
                            round(posterior.mean.std(dim=-1).mean().item(), 4)])  # collapse shows here first
         step += 1
     specs, (z, recon), clicks = audio_roundtrip(run, vae)

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from train.blocks import from_blocks, to_blocks
 from train.dataset import NUM_SAMPLES, bounce_times, render_audio, render_video, sample_specs
 from train.metrics import track
 from train.run import from_vae_space, to_vae_space
-from train.shape_ceiling import from_blocks, to_blocks
 
 LATENT_HZ = 40  # audio latents per second (hop 400 at 16 kHz)
 WINDOW = 12  # latent frames either side of a bounce the probe may pick (+-300 ms)

@@ -108,7 +108,7 @@ def train_video_vae(run: Run, init: Path | None = None, stats: dict | None = Non
         vae.train()
     pool = latent_pool(run, vae, rng, window) if args.vae_decoder_only and args.vae_latent_pool else None
     if args.vae_pca_readout:
-        from train.shape_ceiling import pca_readout, to_blocks
+        from train.blocks import pca_readout, to_blocks
         pca_mean, readout = pca_readout(vae.config.latent_channels, run.device)
     begin = time.time()
     deadline = run.phase_deadline(args.vae_seconds, reserve=args.reserve_after_vae)

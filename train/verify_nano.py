@@ -239,10 +239,12 @@ def check_contact_rule(clips: int = 12) -> dict:
     """`floor_contacts` on ground truth (no model): rendered bouncing training-split clips (seed 3), tracked as they
     are and held per latent frame at each 4-frame group's mean height (the staircase the nano's VAE makes). Counts
     against `bounce_times`, and ms from each true bounce to the nearest contact found."""
+    import torch
+
     from train.dataset import FPS, bounce_times, render_video, sample_specs
 
     specs = [s for s in sample_specs(3, 10 * clips, "train") if s.motion == "bouncing"][:clips]
-    video = (render_video(specs) * 255).round().to(dtype=__import__("torch").uint8).numpy()
+    video = (render_video(specs) * 255).round().to(torch.uint8).numpy()
     result = {}
     for name in ("smooth", "staircase"):
         truths = found = 0
