@@ -54,18 +54,24 @@
 #   stage 15: the video VAE alone, encoder included, with the PCA readout for a whole call (stage 12 gave it 646
 #            steps), its round trip printed before and after. If the round trip passes run 6's 11/24 held-out shapes,
 #            the transformer follows on its latents (stage 13 with CK = the new VAE and run 8's transformer).
+#   stage 16: stages 14 and 15 side by side in one call (two processes; they share nothing), so one machine start
+#            serves both. $OUT gets audio.tar and vae.tar.
+# Run 9 (TRAINING.md 5i): stage 16 from CK=out/ck, then stage 13 with CK=out/run9in (run 8's transformer, stage 16's
+# video VAE and its latent statistics, stage 16's audio decoder, text.tar), then:
+#   stage 17 (CK = stage 13's video_vae13.safetensors as video_vae.safetensors, with v13_train_log.json as
+#            train_log.json): the video decoder alone continues (encoder frozen), for the device time that was left.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
 stage=$1; shift
 [ "$stage" = 10 ] || [ -f data/nano_train/layouts.pt ] || { mkdir -p data/nano_train; gunzip -c data/layouts.pt.gz > data/nano_train/layouts.pt; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+[ -d /tmp/site/diffusers ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 : "${OUT:?OUT must name the folder that comes back}"
 TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
 CK=${CK:-out/run3}
-if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" != 14 ] && [ "$stage" != 15 ]; then
+if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" != 14 ] && [ "$stage" != 15 ] && [ "$stage" != 16 ] && [ "$stage" != 17 ]; then
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
@@ -199,6 +205,21 @@ case $stage in
     timeout 560 python3 -m train.train_nano --out "$OUT" --resume "$CK" --continue-phases video_vae --phases video_vae \
       --vae-pca-readout 10 --edge-weight 8 --vae-batch 24 --vae-lr 5e-4 --roundtrip-before --vae-seconds 400 \
       --reserve-after-vae 0 --budget 540 "$@" 2>&1 | tee "$OUT/stdout.log" ;;
+  16)
+    mkdir -p /tmp/o14 /tmp/o15
+    OUT=/tmp/o14 bash "$0" 14 > /tmp/s14.log 2>&1 &
+    OUT=/tmp/o15 bash "$0" 15 "$@" > /tmp/s15.log 2>&1 &
+    while [ "$(jobs -r | wc -l)" -gt 0 ]; do
+      sleep 30; tail -qn1 /tmp/s14.log /tmp/s15.log
+    done
+    wait
+    cp /tmp/o14/audio.tar "$OUT/"
+    rm -f /tmp/o15/preview.npz; tar cf "$OUT/vae.tar" -C /tmp o15 ;;
+  17)
+    timeout 440 python3 -m train.train_nano --out "$OUT" --resume "$CK" --continue-phases video_vae --phases video_vae \
+      --vae-decoder-only --edge-weight 8 --vae-batch 24 --vae-lr 5e-4 --vae-seconds 330 --reserve-after-vae 0 \
+      --budget 420 "$@" > "$OUT/v17.log" 2>&1
+    rm -f "$OUT/preview.npz" ;;
   10)
     secs=${SECS:-450}
     timeout $((secs + 100)) python3 -m train.train_nano --out "$OUT" --mirror /tmp/ck10 \
