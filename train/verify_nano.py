@@ -18,12 +18,21 @@ with a caption template, generated with seed 42. Clips are made once per (prompt
    that tells a ghost from drift: whether the tracker still finds the prompt's colour and direction, and how far the
    tracked subject sits from the baseline's (median px). `--ghost-strips DIR` writes a PNG strip per prompt.
 5. bench: wall time of one 5 s baseline + turbo pair after a warm-up pair (bench/nano_bench.py does it alone).
+6. fl2va (issue 21): each held-out prompt with a first-frame keyframe, frame 0 of the prompt's own rendered clip
+   (train/dataset.py, seed FL2VA_SEED + i: a known position, colour and shape), through the Engine at 50 steps; the
+   t2va baseline clip of the same prompt and seed (no keyframe) is the control. Per clip: the tracked subject's
+   centre in frame 0 against the keyframe's (within FL2VA_WITHIN_PX px), SSIM of frame 0 (whole, the subject's
+   square of the keyframe, and frames 0-4) to the keyframe, and the tracker's colour, shape and motion (pass: fl2va
+   starts within that distance, and the tracker reads the keyframe's colour, on >= 80% of prompts each). SSIM is
+   reported, not gated: a frame 0 of bare background scores above a subject in the wrong place.
+   `--fl2va-strips DIR`: a PNG per prompt, keyframe | fl2va frame 0 | t2va frame 0.
 Results are printed and written as JSON; TRAINING.md quotes them.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import tempfile
 import time
@@ -100,6 +109,16 @@ class Clips:
             self.cache[prompt, tier] = self.engine.generate(payload)
             print(f"    {tier:>9} {time.time() - start:5.1f} s  {prompt!r}", flush=True)
         return self.cache[prompt, tier]
+
+    def keyframed(self, prompt: str, first_frame: bytes):
+        """The baseline fl2va clip of `prompt` that starts on `first_frame` (PNG bytes), same seed and canvas."""
+        key = (prompt, "fl2va", hashlib.sha256(first_frame).hexdigest())
+        if key not in self.cache:
+            start = time.time()
+            self.cache[key] = self.engine.generate({"prompt": prompt, "seed": SEED, "tier": "baseline",
+                                                    "first_frame": first_frame, "aspect_ratio": "16:9"})
+            print(f"    {'fl2va':>9} {time.time() - start:5.1f} s  {prompt!r}", flush=True)
+        return self.cache[key]
 
 
 def held_out_prompts(count: int) -> list[tuple[tuple[str, str, str, str], str]]:
@@ -267,6 +286,7 @@ def check_audio(clips: Clips, count: int) -> dict:
     prompts = [p for _, p in held_out_prompts(count)]
     bouncing = [caption(*content, 1) for content in content_tuples("heldout") if content[2] == "bouncing"][:6]
     correlations, offsets, rows = [], [], []
+    contacts_total = contacts_heard = 0  # floor contacts, and those with a click within 50 ms
     for prompt in dict.fromkeys(prompts + bouncing):
         clip = clips.get(prompt, "baseline")
         tr = track(clip.frames)
@@ -283,11 +303,15 @@ def check_audio(clips: Clips, count: int) -> dict:
             for t in clicks:
                 if contacts:
                     offsets.append(min(abs(t - c) for c in contacts))
+            contacts_total += len(contacts)
+            contacts_heard += sum(any(abs(t - c) <= 0.05 for t in clicks) for c in contacts)
         rows.append(row)
     mean_r = float(np.mean(correlations)) if correlations else float("nan")
     median_ms = 1000 * float(np.median(offsets)) if offsets else float("nan")
     return {"pitch_height_r_mean": mean_r, "clips_with_vertical_motion": len(correlations),
-            "click_contact_median_ms": median_ms, "clicks_matched": len(offsets), "per_prompt": rows,
+            "click_contact_median_ms": median_ms, "clicks_matched": len(offsets),
+            "clicks_within_50ms": int(sum(o <= 0.05 for o in offsets)), "contacts": contacts_total,
+            "contacts_with_click_within_50ms": contacts_heard, "per_prompt": rows,
             "pass": mean_r >= 0.6 and median_ms <= 50}
 
 
@@ -382,6 +406,82 @@ def check_ghost(clips: Clips, count: int, ghost_tile: int = 0, strips: Path | No
             "pass": flagged["aggressive"] >= 6 and flagged["sol"] < flagged["aggressive"] if not first else None}
 
 
+FL2VA_SEED = 20261221  # the keyframes' clips: nuisance parameters no training seed drew
+FL2VA_WITHIN_PX = 16.0  # half a transformer token (32 px); the shapes' radius is 20-24 px
+
+
+def fl2va_keyframes(count: int) -> list[tuple]:
+    """(spec, prompt, keyframe uint8 (H, W, 3), keyframe centre (x, y)) for the first `count` held-out prompts: the
+    keyframe is frame 0 of the prompt's own clip under seed FL2VA_SEED + i."""
+    import torch
+
+    from train.dataset import make_spec, render_video, trajectory
+
+    rows = []
+    for index, (content, template) in enumerate(heldout_set(count)):
+        spec = make_spec(content, FL2VA_SEED + index, template)
+        keyframe = (render_video([spec], torch.tensor([0]))[0, 0] * 255).round().to(torch.uint8).numpy()
+        x, y = trajectory([spec], torch.tensor([0.0]))
+        rows.append((spec, spec.caption, keyframe, (float(x[0, 0]), float(y[0, 0]))))
+    return rows
+
+
+def first_frames_match(frames: np.ndarray, keyframe: np.ndarray, centre: tuple[float, float], spec) -> dict:
+    """How a clip's first frames match a keyframe: the tracked subject's frame-0 centre against the keyframe's, SSIM of
+    frame 0 and of frames 0-4 to it, and the whole clip's tracked colour, shape and motion against the keyframe's."""
+    tr = track(frames)
+    x, y = tr.xs[0], tr.ys[0]
+    offset = float(np.hypot(x - centre[0], y - centre[1])) if np.isfinite(x) else None
+    # The subject's own square of the keyframe (2 x (radius + 8) px): the whole frame's SSIM is mostly background.
+    half = int(round(spec.radius + 8))
+    top, left = max(0, int(round(centre[1])) - half), max(0, int(round(centre[0])) - half)
+    crop = (slice(top, top + 2 * half), slice(left, left + 2 * half))
+    return {"frame0_centre": None if offset is None else [round(float(x), 1), round(float(y), 1)],
+            "offset_px": None if offset is None else round(offset, 1),
+            "within": offset is not None and offset <= FL2VA_WITHIN_PX,
+            "ssim_frame0": round(ssim(frames[:1], keyframe[None]), 4),
+            "ssim_frame0_subject": round(ssim(frames[:1, crop[0], crop[1]], keyframe[None, crop[0], crop[1]]), 4),
+            "ssim_frames0_4": round(ssim(frames[:5], np.repeat(keyframe[None], 5, axis=0)), 4),
+            "colour_ok": tr.colour == spec.colour, "shape_ok": tr.shape == spec.shape,
+            "motion_ok": tr.motion == spec.motion, "tracked": [tr.colour, tr.shape, tr.motion]}
+
+
+def check_fl2va(clips: Clips, count: int, strips: Path | None = None) -> dict:
+    """fl2va with a first-frame keyframe against the t2va control (module docstring, check 6)."""
+    from train.tasks import png
+
+    rows = []
+    for index, (spec, prompt, keyframe, centre) in enumerate(fl2va_keyframes(count)):
+        arms = {"fl2va": clips.keyframed(prompt, png(keyframe)), "t2va": clips.get(prompt, "baseline")}
+        row = {"prompt": prompt, "keyframe_centre": [round(c, 1) for c in centre],
+               **{name: first_frames_match(clip.frames, keyframe, centre, spec) for name, clip in arms.items()}}
+        rows.append(row)
+        print("  fl2va", json.dumps(row), flush=True)
+        if strips is not None:
+            from PIL import Image
+
+            strips.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.concatenate([keyframe] + [clip.frames[0] for clip in arms.values()], axis=1)).save(
+                strips / f"fl2va_{index:02d}.png")
+    summary = {}
+    for name in ("fl2va", "t2va"):
+        arm = [r[name] for r in rows]
+        offsets = [a["offset_px"] for a in arm if a["offset_px"] is not None]
+        summary[name] = {f"frame0_within_{FL2VA_WITHIN_PX:g}px": f"{sum(a['within'] for a in arm)}/{len(arm)}",
+                         "frame0_found": f"{len(offsets)}/{len(arm)}",
+                         "median_offset_px": float(np.median(offsets)) if offsets else None,
+                         "mean_ssim_frame0": round(float(np.mean([a["ssim_frame0"] for a in arm])), 4),
+                         "mean_ssim_frame0_subject": round(float(np.mean([a["ssim_frame0_subject"] for a in arm])), 4),
+                         "mean_ssim_frames0_4": round(float(np.mean([a["ssim_frames0_4"] for a in arm])), 4),
+                         **{key: f"{sum(a[f'{key}_ok'] for a in arm)}/{len(arm)}"
+                            for key in ("colour", "shape", "motion")}}
+    within = sum(r["fl2va"]["within"] for r in rows) / len(rows)
+    colour = sum(r["fl2va"]["colour_ok"] for r in rows) / len(rows)
+    return {"prompts": len(rows), "within_px": FL2VA_WITHIN_PX, "seed": SEED, "keyframe_seed": FL2VA_SEED,
+            "summary": summary, "per_prompt": rows,
+            "pass": within >= 0.8 and colour >= 0.8}
+
+
 def benchmark(engine, repeats: int = 1) -> dict:
     """Seconds for a 5 s baseline + turbo pair (same prompt and seed), after a warm-up pair."""
     prompt = "a red circle bounces on a grey background"
@@ -421,7 +521,10 @@ def main() -> None:
     parser.add_argument("--attention-prompts", type=int, default=1,
                         help="ghost check: measure the attention mass sparse attention keeps on this many prompts")
     parser.add_argument("--checks", default="steering,turbo,audio,ghost,bench",
-                        help="comma list; also contacts (the floor-contact rule on ground truth, no model)")
+                        help="comma list; also contacts (the floor-contact rule on ground truth, no model) and fl2va "
+                             "(a first-frame keyframe against the t2va control)")
+    parser.add_argument("--fl2va-strips", type=Path, default=None,
+                        help="fl2va check: write a PNG per prompt (keyframe | fl2va frame 0 | t2va frame 0) here")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -437,7 +540,8 @@ def main() -> None:
               "steering": lambda: check_steering(clips, args.prompts),
               "turbo": lambda: check_turbo(clips, args.prompts), "audio": lambda: check_audio(clips, args.prompts),
               "ghost": lambda: check_ghost(clips, args.ghost_prompts, args.ghost_tile, args.ghost_strips,
-                                           args.attention_prompts, args.ghost_first)}
+                                           args.attention_prompts, args.ghost_first),
+              "fl2va": lambda: check_fl2va(clips, args.prompts, args.fl2va_strips)}
     for name in args.checks.split(","):
         start = time.time()
         try:
