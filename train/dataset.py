@@ -131,6 +131,12 @@ def caption(colour: str, shape: str, motion: str, background: str, template: int
     )
 
 
+def subject_free_caption(motion: str, background: str, template: int) -> str:
+    """A caption of the same template that names neither colour nor shape ("A shape moves up on a grey background."):
+    the conditioned tasks' prompts that leave the subject to the keyframe or reference image (train/tasks.py)."""
+    return " ".join(caption("", "shape", motion, background, template).split())
+
+
 def all_captions() -> list[str]:
     """Every caption the generator can produce, in a fixed order (the trainer's text-embedding table)."""
     return [caption(c, s, m, b, t) for c, s, m, b, t in
@@ -233,10 +239,10 @@ def bounce_times(spec: ClipSpec) -> list[float]:
 # Video
 
 
-def _background(specs: list[ClipSpec], height: int, width: int, device) -> torch.Tensor:
-    """(B, H, W, 3) static backgrounds; "textured" is a fixed two-tone checkerboard."""
+def _background(specs: list[ClipSpec], height: int, width: int, device, cell: int = TEXTURE_CELL) -> torch.Tensor:
+    """(B, H, W, 3) static backgrounds; "textured" is a fixed two-tone checkerboard of `cell`-pixel squares."""
     ys, xs = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device), indexing="ij")
-    checker = ((ys // TEXTURE_CELL + xs // TEXTURE_CELL) % 2).float()[..., None]
+    checker = ((ys // cell + xs // cell) % 2).float()[..., None]
     light, dark = (torch.tensor(c, device=device) for c in TEXTURE_COLOURS)
     texture = light * checker + dark * (1 - checker)
     plates = []
@@ -286,6 +292,29 @@ def render_video(specs: list[ClipSpec], frames: torch.Tensor | None = None, devi
     alpha = coverage[..., None]
     video = background * (1 - alpha) + colour * alpha
     return (video, coverage) if with_mask else video
+
+
+def render_reference(specs: list[ClipSpec], size: int = 352, device="cpu") -> torch.Tensor:
+    """A reference image of each clip's subject (ref2va): (B, size, size, 3) float32 in [0, 1], the shape alone at
+    the centre of a square over the clip's background, everything scaled by size / HEIGHT (so the subject and the
+    checkerboard keep their proportions to a 128-pixel frame). 352 is the nano's `reference_image_short_edge`: an
+    image of that size reaches the VAE and the vision tower without a resize (engine/components.py)."""
+    device = torch.device(device)
+    scale = size / HEIGHT
+    centre = torch.arange(size, device=device, dtype=torch.float32) + 0.5 - size / 2
+    dy, dx = centre[None, :, None], centre[None, None, :]
+    radius = torch.tensor([s.radius * scale for s in specs], device=device, dtype=torch.float32).view(-1, 1, 1)
+    coverage = torch.empty(len(specs), size, size, device=device)
+    for shape in SHAPES:
+        index = [i for i, s in enumerate(specs) if s.shape == shape]
+        if index:
+            picked = torch.tensor(index, device=device)
+            distance = _signed_distance(shape, dx, dy, radius[picked])
+            coverage[picked] = (0.5 - distance).clamp(0, 1)
+    colour = torch.tensor([COLOURS[s.colour] for s in specs], device=device).view(-1, 1, 1, 3)
+    background = _background(specs, size, size, device, cell=round(TEXTURE_CELL * scale))
+    alpha = coverage[..., None]
+    return background * (1 - alpha) + colour * alpha
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ except Exception:  # noqa: BLE001
 
 LAYOUT_FILE = Path(__file__).resolve().parents[1] / "data" / "nano_train" / "layouts.pt"
 VIDEO_SHIFT, AUDIO_SHIFT = 12.0, 3.0
+KEYFRAME_NOISE_AUG = 0.999  # the t conditioning rows are noised to and held at (engine/stages.py, diffusers')
 LATENT_FRAMES, LATENT_H, LATENT_W = 37, 8, 14
 PATCH = (1, 2, 2)
 NUM_AUDIO_LATENTS = 207
@@ -77,37 +78,59 @@ def patchify(latents: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class BatchLayout:
-    """Per-sample packed layouts padded to one length S = max_text + media rows. Padding sits at each row's end."""
+    """Per-sample packed layouts padded to one length S = max_text + max_video + audio rows. Padding sits at each
+    row's end: first the text rows a shorter presentation lacks, then the video rows fewer conditioning rows leave.
+
+    `video_idx` lists each sample's *generated* video rows first, then its conditioning rows (fl2va keyframes, ref2va
+    references), then padding: the first NUM_VIDEO_ROWS video inputs and outputs are the target for every sample."""
 
     position_ids: torch.Tensor  # (B, S, 3)
     tags: torch.Tensor  # (B, S)
     audio_rows: torch.Tensor  # (B, S) bool: rows that carry the audio timestep
-    video_idx: torch.Tensor  # (B, Nv)
+    video_idx: torch.Tensor  # (B, Vmax): generated rows, conditioning rows, padded tail rows
     audio_idx: torch.Tensor  # (B, Na)
     text_idx: torch.Tensor  # (B, Lmax): real text rows first, then the padded tail rows
     key_valid: torch.Tensor  # (B, S) bool
     text_valid: torch.Tensor  # (B, Lmax) bool
+    cond_rows: torch.Tensor | None = None  # (B, S) bool: conditioning video rows, held at max(t, 0.999); None: none
+
+    def select(self, ids: torch.Tensor) -> BatchLayout:
+        """The layouts of samples `ids` (a batch drawn from a table of padded layouts)."""
+        return BatchLayout(**{k: None if v is None else v.index_select(0, ids) for k, v in vars(self).items()})
+
+
+def pad_layouts(layouts: list[tuple], max_text: int, max_video: int, device) -> BatchLayout:
+    """Stack exact single-sample layouts `(position_ids, tags, video_idx, audio_idx, text_idx, num_condition_rows)`,
+    as diffusers' builders return them (`video_idx` with the conditioning rows first), into one padded BatchLayout.
+    Padded rows sit in the tail (text ones, then video ones) and are masked as keys."""
+    parts = {k: [] for k in ("pos", "tags", "audio", "cond", "vid", "aud", "txt", "valid", "tvalid")}
+    for pos, tags, vid, aud, txt, n_cond in layouts:
+        n_text, length = txt.shape[0], pos.shape[0]
+        text_pad, video_pad = max_text - n_text, max_video - vid.shape[0]
+        total = length + text_pad + video_pad
+        parts["pos"].append(torch.cat([pos.float(), torch.zeros(total - length, 3)]))
+        parts["tags"].append(torch.cat([tags, torch.full((total - length,), MINIMAX_H3_TEXT_TAG, dtype=torch.long)]))
+        audio = torch.zeros(total, dtype=torch.bool)
+        audio[aud] = True
+        parts["audio"].append(audio)
+        cond = torch.zeros(total, dtype=torch.bool)
+        cond[vid[:n_cond]] = True
+        parts["cond"].append(cond)
+        tail = torch.arange(length, total)
+        parts["vid"].append(torch.cat([vid[n_cond:], vid[:n_cond], tail[text_pad:]]))
+        parts["aud"].append(aud)
+        parts["txt"].append(torch.cat([txt, tail[:text_pad]]))
+        parts["valid"].append(torch.arange(total) < length)
+        parts["tvalid"].append(torch.arange(max_text) < n_text)
+    conditioned = any(bool(c.any()) for c in parts["cond"])
+    stack = {k: torch.stack(v).to(device) for k, v in parts.items()}
+    return BatchLayout(stack["pos"], stack["tags"], stack["audio"], stack["vid"], stack["aud"], stack["txt"],
+                       stack["valid"], stack["tvalid"], stack["cond"] if conditioned else None)
 
 
 def batch_layout(lengths: list[int], max_len: int, device) -> BatchLayout:
-    """Stack the exact single-sample layouts; padded text rows are placed in the tail and masked as keys."""
-    parts = {k: [] for k in ("pos", "tags", "audio", "vid", "aud", "txt", "valid", "tvalid")}
-    for n in lengths:
-        pos, tags, vid, aud, txt = single_layout(int(n))
-        length, pad = pos.shape[0], max_len - int(n)
-        parts["pos"].append(torch.cat([pos, torch.zeros(pad, 3)]))
-        parts["tags"].append(torch.cat([tags, torch.full((pad,), MINIMAX_H3_TEXT_TAG, dtype=torch.long)]))
-        audio = torch.zeros(length + pad, dtype=torch.bool)
-        audio[aud] = True
-        parts["audio"].append(audio)
-        parts["vid"].append(vid)
-        parts["aud"].append(aud)
-        parts["txt"].append(torch.cat([txt, torch.arange(length, length + pad)]))
-        parts["valid"].append(torch.arange(length + pad) < length)
-        parts["tvalid"].append(torch.arange(max_len) < n)
-    stack = {k: torch.stack(v).to(device) for k, v in parts.items()}
-    return BatchLayout(stack["pos"], stack["tags"], stack["audio"], stack["vid"], stack["aud"], stack["txt"],
-                       stack["valid"], stack["tvalid"])
+    """Stack the exact single-sample t2va layouts; padded text rows are placed in the tail and masked as keys."""
+    return pad_layouts([(*single_layout(int(n)), 0) for n in lengths], max_len, NUM_VIDEO_ROWS, device)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -153,7 +176,9 @@ def batched_forward(model, video: torch.Tensor, audio: torch.Tensor, text: torch
                     t_video: torch.Tensor, t_audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Velocity predictions (B, Nv, Cv) and (B, Na, Ca) for per-sample timesteps `t_video`, `t_audio` (B,).
 
-    Text rows carry the video timestep, audio rows the audio timestep (diffusers' `build_row_timesteps`).
+    `video` holds the rows in `layout.video_idx` order (generated rows, then any conditioning rows, then padding).
+    Text rows carry the video timestep, audio rows the audio timestep, conditioning rows max(video t, 0.999)
+    (diffusers' `build_row_timesteps`, as the engine's denoise loop calls it).
     """
     batch, seq = layout.tags.shape
     cos, sin = model.rope(layout.position_ids.reshape(-1, 3))
@@ -172,10 +197,15 @@ def batched_forward(model, video: torch.Tensor, audio: torch.Tensor, text: torch
     hidden = _scatter_rows(hidden, layout.video_idx, video_embeds)
     hidden = _scatter_rows(hidden, layout.audio_idx, audio_embeds)
 
-    # Timestep table rows: sample b's video t at 2b, its audio t at 2b + 1; AdaLN rows add the modality tag.
-    timesteps = torch.stack([t_video, t_audio], dim=1).reshape(-1).float()
+    # Timestep table rows: sample b's video t at 3b, its audio t at 3b + 1, its conditioning rows' t at 3b + 2;
+    # AdaLN rows add the modality tag.
+    t_video, t_audio = t_video.float(), t_audio.float()
+    t_cond = t_video.clamp(min=KEYFRAME_NOISE_AUG)
+    timesteps = torch.stack([t_video, t_audio, t_cond], dim=1).reshape(-1)
     temb = model.time_embedder(model.time_proj(timesteps).to(model.time_embedder.linear_1.weight.dtype))
-    row_t = 2 * torch.arange(batch, device=hidden.device)[:, None] + layout.audio_rows.long()
+    row_t = 3 * torch.arange(batch, device=hidden.device)[:, None] + layout.audio_rows.long()
+    if layout.cond_rows is not None:
+        row_t = row_t + 2 * layout.cond_rows.long()
     adaln_rows = (row_t * MINIMAX_H3_MODALITY_NUM + layout.tags).reshape(-1)
 
     def pick(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

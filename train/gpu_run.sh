@@ -60,6 +60,21 @@
 # video VAE and its latent statistics, stage 16's audio decoder, text.tar), then:
 #   stage 17 (CK = stage 13's video_vae13.safetensors as video_vae.safetensors, with v13_train_log.json as
 #            train_log.json): the video decoder alone continues (encoder frozen), for the device time that was left.
+# Issue 21, the nano trained for each task. CK=out/ck built WITH tasks.pt (python -m train.checkpoint_from_model --out
+# out/ck --tasks, about 2 min on CPU: the shipped weights, text.tar and 1,200 fl2va + 400 ref2va samples of
+# train/tasks.py; 37 MB, so with .whl and data/layouts.pt.gz the carry is 44 MB):
+#   stage 18: the shipped transformer fine-tuned for fl2va and ref2va, one process. Each batch of 64 is 19 fl2va
+#            samples (the clip's own first frame as the keyframe; a quarter first and last, a tenth the last alone), 6
+#            ref2va (a rendered 352x352 reference of the clip's subject) and 39 t2va (so t2va is kept), all on the
+#            engine's packed layouts: keyframe/reference rows (VAE-encoded on the device, as the engine's encode_inputs
+#            does) ahead of the target rows, held at t = max(t, 0.999), the loss on the generated rows only; the prompt
+#            embeddings with the image's vision-tower rows come from tasks.pt (encoded by the engine on CPU: the
+#            device's transformers differs). A quarter of the task prompts name neither colour nor shape. Clips: the
+#            1,600 task clips plus 400 more for t2va. No LoRAs (the shipped turbo LoRAs stay; re-check them on CPU),
+#            then the t2va live check (20 held-out prompts). $OUT gets transformer.safetensors, the two carried VAEs
+#            (unchanged, so the folder exports as is), train_log.json (per-task losses under dit.task_losses) and
+#            stdout.log. CPU after: python -m train.export_nano OUT_COPY /tmp/nano18, then python -m train.verify_nano
+#            --model /tmp/nano18 --checks fl2va,steering --prompts 5 (fl2va against its t2va control).
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -219,6 +234,14 @@ case $stage in
     timeout 440 python3 -m train.train_nano --out "$OUT" --resume "$CK" --continue-phases video_vae --phases video_vae \
       --vae-decoder-only --edge-weight 8 --vae-batch 24 --vae-lr 5e-4 --vae-seconds 330 --reserve-after-vae 0 \
       --budget 420 "$@" > "$OUT/v17.log" 2>&1
+    rm -f "$OUT/preview.npz" ;;
+  18)
+    # The conditioned samples need diffusers' modular blocks and the engine: fail before any time is spent.
+    python3 -c "import engine.tasks, train.tasks, diffusers.modular_pipelines.minimax_h3.encoders" || exit 1
+    [ -f "$CK/tasks.pt" ] || { echo "no $CK/tasks.pt: checkpoint_from_model --tasks builds it"; exit 1; }
+    timeout 570 python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit --num-clips 400 \
+      --task-mix fl2va=0.3,ref2va=0.1 --task-table "$CK/tasks.pt" --audio-weight 1.0 --dit-lr 3e-4 \
+      --dit-seconds 600 --reserve-after-dit 40 --budget 540 "$@" 2>&1 | tee "$OUT/stdout.log"
     rm -f "$OUT/preview.npz" ;;
   10)
     secs=${SECS:-450}

@@ -9,6 +9,9 @@ Phases (each writes its checkpoint under --out as soon as it ends, so a killed r
 3. `dit`        MiniMaxH3Transformer3DModel, flow matching on the engine's exact packed t2va layout, with the
                 caption embeddings precomputed by the text encoder (--text-table: train/text_conditioning.py writes
                 it for the trained encoder, train/text_embeds.py for a shipped one). EMA weights are kept.
+                With --task-mix fl2va=0.3,ref2va=0.1 that share of each batch is trained as the conditioned task,
+                on the engine's fl2va/ref2va layout (keyframe or reference rows held at t = 0.999, loss on the
+                generated rows only) from --task-table (train/tasks.py, built on CPU by the engine).
 4. `lora`       9-step and 5-step turbo LoRAs distilled from the 50-step teacher (trajectory distillation: the
                 student's Euler step from a teacher state must land on the teacher's state at its next grid point).
 Live checks after `dit` and `lora` (held-out tracker accuracy, turbo-vs-baseline SSIM) go to train_log.json.
@@ -50,6 +53,7 @@ from train.dataset import (
 )
 from train.flow import (
     AUDIO_SHIFT,
+    KEYFRAME_NOISE_AUG,
     VIDEO_SHIFT,
     Lora,
     batch_layout,
@@ -266,10 +270,12 @@ def encode_clips(run: Run, vae, audio_vae, specs) -> tuple[torch.Tensor, torch.T
     return rows, audio_rows
 
 
-def build_latent_dataset(run: Run, vae, audio_vae) -> dict:
+def build_latent_dataset(run: Run, vae, audio_vae, first_specs: list = ()) -> dict:
+    """`args.num_clips` training clips encoded once; `first_specs` (the task table's clips) come first, so a task
+    sample's clip is the dataset row of its index in the table."""
     args = run.args
     begin = time.time()
-    specs = sample_specs(configs.SEED + 5, args.num_clips, "train")
+    specs = list(first_specs) + sample_specs(configs.SEED + 5, args.num_clips, "train")
     video, audio = [], []
     for i in range(0, len(specs), args.encode_batch):
         v, a = encode_clips(run, vae, audio_vae, specs[i:i + args.encode_batch])
@@ -279,6 +285,20 @@ def build_latent_dataset(run: Run, vae, audio_vae) -> dict:
                            device=run.device)
     run.note("latents", clips=len(specs), seconds=round(time.time() - begin, 1))
     return {"video": torch.cat(video), "audio": torch.cat(audio), "content": content}
+
+
+def task_pools(run: Run, table: dict, mix: dict[str, float], vae) -> dict:
+    """{task: (TaskPool, share)}: the table's samples of each task with their conditioning latents encoded by `vae`
+    on the device; the table's clips are the first rows of the latent dataset."""
+    from train.tasks import TaskPool
+
+    begin = time.time()
+    index = torch.arange(len(table["samples"]))
+    pools = {name: (TaskPool(name, table, index, vae, run.device), share) for name, share in mix.items() if share}
+    run.note("tasks", seconds=round(time.time() - begin, 1),
+             **{name: {"samples": pool.count, "share": share, "max_text": pool.max_text, "max_cond": pool.max_cond}
+                for name, (pool, share) in pools.items()})
+    return pools
 
 
 class TextTable:
@@ -292,6 +312,7 @@ class TextTable:
         self.max_len = int(self.lengths.max())
         self.layout = batch_layout(self.lengths.tolist(), self.max_len, device)
         self.device = device
+        self.text_encoder_id = table.get("text_encoder_id")  # train/text_embeds.py tables name their encoder
 
     def index_of(self, text: str) -> int:
         return self.captions.index(text)
@@ -299,8 +320,7 @@ class TextTable:
     def batch(self, caption_ids: torch.Tensor):
         """(embeds (B, Lmax, D), BatchLayout) for caption indices."""
         ids = caption_ids.to(self.device)
-        layout = type(self.layout)(**{k: v.index_select(0, ids) for k, v in vars(self.layout).items()})
-        return self.embeds.index_select(0, ids).float(), layout
+        return self.embeds.index_select(0, ids).float(), self.layout.select(ids)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -313,10 +333,44 @@ def sample_u(batch: int, generator, device) -> torch.Tensor:
     return ((torch.arange(batch, device=device) + torch.rand(batch, device=device, generator=generator)) / batch)
 
 
-def train_dit(run: Run, data: dict, text: TextTable, model=None):
+def flow_loss(run: Run, model, x_video, x_audio, embeds, layout, generator, cond=None):
+    """Flow-matching losses (video, audio) of one group of samples at stratified noise levels.
+
+    `cond`: clean conditioning rows (B, Cmax, C·4) of an fl2va/ref2va group; they follow the generated rows, noised
+    to t = 0.999 as the engine's prepare_noise does, and carry no loss (the engine never steps them)."""
+    batch = x_video.shape[0]
+    n_video = torch.randn(x_video.shape, device=run.device, generator=generator)
+    n_audio = torch.randn(x_audio.shape, device=run.device, generator=generator)
+    u = sample_u(batch, generator, run.device)
+    s_video, s_audio = shift_sigma(u, VIDEO_SHIFT), shift_sigma(u, AUDIO_SHIFT)
+    video_in = noised(x_video, n_video, s_video)
+    if cond is not None:
+        n_cond = torch.randn(cond.shape, device=run.device, generator=generator)
+        sigma = torch.full((batch,), 1 - KEYFRAME_NOISE_AUG, device=run.device)
+        video_in = torch.cat([video_in, noised(cond, n_cond, sigma)], dim=1)
+    with run.autocast():
+        v_video, v_audio = batched_forward(model, video_in, noised(x_audio, n_audio, s_audio), embeds, layout,
+                                           1 - s_video, 1 - s_audio)
+    loss_video = F.mse_loss(v_video[:, : x_video.shape[1]].float(), x_video - n_video)
+    return loss_video, F.mse_loss(v_audio.float(), x_audio - n_audio)
+
+
+def task_counts(batch: int, pools: dict) -> dict[str, int]:
+    """Samples per step of each conditioned task ({name: (TaskPool, share)}): the share of the batch, rounded."""
+    counts = {name: int(round(share * batch)) for name, (_, share) in pools.items()}
+    if sum(counts.values()) >= batch:
+        raise ValueError(f"--task-mix leaves no t2va samples in a batch of {batch}: {counts}")
+    return counts
+
+
+def train_dit(run: Run, data: dict, text: TextTable, model=None, tasks: dict | None = None):
+    """`tasks`: {"fl2va": (TaskPool, share), ...} from --task-mix; the rest of each batch is t2va."""
     from diffusers import MiniMaxH3Transformer3DModel
 
     args = run.args
+    tasks = tasks or {}
+    counts = task_counts(args.dit_batch, tasks)
+    n_t2va = args.dit_batch - sum(counts.values())
     seed_all(configs.SEED + 6)
     if model is None:
         model = MiniMaxH3Transformer3DModel(**configs.TRANSFORMER).to(run.device)
@@ -327,25 +381,25 @@ def train_dit(run: Run, data: dict, text: TextTable, model=None):
     count = data["video"].shape[0]
     begin = time.time()
     deadline = run.phase_deadline(args.dit_seconds, reserve=args.reserve_after_dit)
-    losses, step = [], 0
+    losses, task_losses, step = [], [], 0
     while time.time() < deadline and step < args.max_steps:
-        idx = torch.randint(0, count, (args.dit_batch,), device=run.device, generator=generator)
-        template = torch.randint(0, NUM_TEMPLATES, (args.dit_batch,), device=run.device, generator=generator)
+        idx = torch.randint(0, count, (n_t2va,), device=run.device, generator=generator)
+        template = torch.randint(0, NUM_TEMPLATES, (n_t2va,), device=run.device, generator=generator)
         embeds, layout = text.batch(data["content"][idx] * NUM_TEMPLATES + template)
-        x_video, x_audio = data["video"][idx].float(), data["audio"][idx].float()
-        n_video = torch.randn(x_video.shape, device=run.device, generator=generator)
-        n_audio = torch.randn(x_audio.shape, device=run.device, generator=generator)
-        u = sample_u(args.dit_batch, generator, run.device)
-        s_video, s_audio = shift_sigma(u, VIDEO_SHIFT), shift_sigma(u, AUDIO_SHIFT)
         for group in optimizer.param_groups:
             group["lr"] = cosine_lr(step, 200, (time.time() - begin) / max(deadline - begin, 1), args.dit_lr)
-        with run.autocast():
-            v_video, v_audio = batched_forward(model, noised(x_video, n_video, s_video),
-                                               noised(x_audio, n_audio, s_audio), embeds, layout,
-                                               1 - s_video, 1 - s_audio)
-        loss_video = F.mse_loss(v_video.float(), x_video - n_video)
-        loss_audio = F.mse_loss(v_audio.float(), x_audio - n_audio)
-        loss = loss_video + args.audio_weight * loss_audio
+        loss_video, loss_audio = flow_loss(run, model, data["video"][idx].float(), data["audio"][idx].float(),
+                                           embeds, layout, generator)
+        # Each group's mean weighted by its samples: the loss is the mean over the whole batch.
+        loss = (loss_video + args.audio_weight * loss_audio) * (n_t2va / args.dit_batch)
+        task_step = {}
+        for name, (pool, _) in tasks.items():
+            ids = torch.randint(0, pool.count, (counts[name],), device=run.device, generator=generator)
+            embeds_t, layout_t, cond, clip = pool.batch(ids)
+            task_video, task_audio = flow_loss(run, model, data["video"][clip].float(), data["audio"][clip].float(),
+                                               embeds_t, layout_t, generator, cond)
+            loss = loss + (task_video + args.audio_weight * task_audio) * (counts[name] / args.dit_batch)
+            task_step[name] = task_video
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -356,11 +410,14 @@ def train_dit(run: Run, data: dict, text: TextTable, model=None):
                 p_ema.lerp_(p, 1 - decay)
         if step % 25 == 0:
             losses.append([step, round(time.time() - begin, 2), loss_video.item(), loss_audio.item()])
+            if tasks:  # each task's video loss on its generated rows, beside the t2va one above
+                task_losses.append([step, {name: round(v.item(), 5) for name, v in task_step.items()}])
         step += 1
     save_weights(ema, run.out / FILES["dit"])
     run.mirror(FILES["dit"])
+    extra = {"task_mix": {name: counts[name] for name in tasks}, "task_losses": task_losses} if tasks else {}
     run.note("dit", steps=step, seconds=round(time.time() - begin, 1), samples=step * args.dit_batch,
-             final_video_mse=losses[-1][2] if losses else None, losses=losses)
+             final_video_mse=losses[-1][2] if losses else None, losses=losses, **extra)
     return ema
 
 
@@ -613,6 +670,12 @@ def parse_args(argv=None):
     p.add_argument("--num-clips", type=int, default=2400)
     p.add_argument("--encode-batch", type=int, default=48)
     p.add_argument("--dit-seconds", type=float, default=400)
+    p.add_argument("--task-mix", default="",
+                   help="share of each transformer batch trained as a conditioned task, e.g. fl2va=0.3,ref2va=0.1 "
+                        "(train/tasks.py); the rest is t2va")
+    p.add_argument("--task-table", default=None, help="the conditioned samples (python -m train.tasks --out ...)")
+    p.add_argument("--task-samples", type=int, default=0,
+                   help="use only the first N samples of each task in --task-table (0: all; CPU smoke runs)")
     p.add_argument("--dit-batch", type=int, default=48)
     p.add_argument("--dit-lr", type=float, default=8e-4)
     p.add_argument("--ema", type=float, default=0.998)
@@ -718,10 +781,21 @@ def main(argv=None) -> None:
     if args.wait_text_table:
         run.note("text_table", path=str(table), waited_s=round(time.time() - waited, 1))
     text = TextTable(table, run.device)
-    data = build_latent_dataset(run, vae, audio_vae)
+    mix, task_table = {}, None
+    if args.task_mix and "dit" in phases:
+        from train.tasks import first_samples, load_table, parse_mix, table_specs
+
+        mix = parse_mix(args.task_mix)
+        if not args.task_table:
+            raise SystemExit("--task-mix needs --task-table (python -m train.tasks --out ...)")
+        task_table = load_table(Path(args.task_table), text.text_encoder_id)  # before the clips: fail fast
+        if args.task_samples:
+            task_table = first_samples(task_table, args.task_samples)
+    data = build_latent_dataset(run, vae, audio_vae, table_specs(task_table) if task_table else [])
+    tasks = task_pools(run, task_table, mix, vae) if mix else None
     base = MiniMaxH3Transformer3DModel(**configs.TRANSFORMER).to(run.device)
     loaded = resumed("dit", base)
-    model = train_dit(run, data, text, loaded) if "dit" in phases or loaded is None else loaded.eval()
+    model = train_dit(run, data, text, loaded, tasks) if "dit" in phases or loaded is None else loaded.eval()
     if "dit" not in phases and loaded is not None:
         save_weights(model, run.out / FILES["dit"])
         run.mirror(FILES["dit"])
