@@ -277,8 +277,7 @@ def test_a_few_training_steps_with_the_task_mix_run_and_stay_finite(tmp_path, na
 
 
 def test_task_mix_is_parsed_and_checked():
-    from train.tasks import parse_mix
-    from train.train_nano import task_counts
+    from train.tasks import parse_mix, task_counts
 
     assert parse_mix("fl2va=0.3, ref2va=0.1") == {"fl2va": 0.3, "ref2va": 0.1}
     for bad in ("t2va=0.5", "fl2va", "fl2va=0.7,ref2va=0.3", "fl2va=-0.1"):

@@ -269,6 +269,38 @@ def table_specs(table: dict) -> list[ClipSpec]:
     return [ClipSpec(**sample["spec"]) for sample in table["samples"]]
 
 
+def task_setup(args, text_encoder_id: str | None) -> tuple[dict[str, float], dict | None]:
+    """(mix, table) from train_nano's --task-mix/--task-table/--task-samples; ({}, None) without --task-mix. Read
+    before any clip is encoded, so a bad table fails fast."""
+    if not args.task_mix:
+        return {}, None
+    mix = parse_mix(args.task_mix)
+    if not args.task_table:
+        raise SystemExit("--task-mix needs --task-table (python -m train.tasks --out ...)")
+    table = load_table(Path(args.task_table), text_encoder_id)
+    return mix, first_samples(table, args.task_samples) if args.task_samples else table
+
+
+def task_pools(run, table: dict, mix: dict[str, float], vae) -> dict:
+    """{task: (TaskPool, share)}: the table's samples of each task with their conditioning latents encoded by `vae`
+    on the device; the table's clips are the first rows of the latent dataset."""
+    begin = time.time()
+    index = torch.arange(len(table["samples"]))
+    pools = {name: (TaskPool(name, table, index, vae, run.device), share) for name, share in mix.items() if share}
+    run.note("tasks", seconds=round(time.time() - begin, 1),
+             **{name: {"samples": pool.count, "share": share, "max_text": pool.max_text, "max_cond": pool.max_cond}
+                for name, (pool, share) in pools.items()})
+    return pools
+
+
+def task_counts(batch: int, pools: dict) -> dict[str, int]:
+    """Samples per step of each conditioned task ({name: (TaskPool, share)}): the share of the batch, rounded."""
+    counts = {name: int(round(share * batch)) for name, (_, share) in pools.items()}
+    if sum(counts.values()) >= batch:
+        raise ValueError(f"--task-mix leaves no t2va samples in a batch of {batch}: {counts}")
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)

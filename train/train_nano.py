@@ -76,6 +76,7 @@ from train.run import (
     seed_all,
     to_vae_space,
 )
+from train.tasks import table_specs, task_counts, task_pools, task_setup
 from train.widen import widen_transformer, widen_video_vae
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,20 +288,6 @@ def build_latent_dataset(run: Run, vae, audio_vae, first_specs: list = ()) -> di
     return {"video": torch.cat(video), "audio": torch.cat(audio), "content": content}
 
 
-def task_pools(run: Run, table: dict, mix: dict[str, float], vae) -> dict:
-    """{task: (TaskPool, share)}: the table's samples of each task with their conditioning latents encoded by `vae`
-    on the device; the table's clips are the first rows of the latent dataset."""
-    from train.tasks import TaskPool
-
-    begin = time.time()
-    index = torch.arange(len(table["samples"]))
-    pools = {name: (TaskPool(name, table, index, vae, run.device), share) for name, share in mix.items() if share}
-    run.note("tasks", seconds=round(time.time() - begin, 1),
-             **{name: {"samples": pool.count, "share": share, "max_text": pool.max_text, "max_cond": pool.max_cond}
-                for name, (pool, share) in pools.items()})
-    return pools
-
-
 class TextTable:
     """Caption embeddings (precomputed on CPU) with their full padded layouts, resident on the device."""
 
@@ -353,14 +340,6 @@ def flow_loss(run: Run, model, x_video, x_audio, embeds, layout, generator, cond
                                            1 - s_video, 1 - s_audio)
     loss_video = F.mse_loss(v_video[:, : x_video.shape[1]].float(), x_video - n_video)
     return loss_video, F.mse_loss(v_audio.float(), x_audio - n_audio)
-
-
-def task_counts(batch: int, pools: dict) -> dict[str, int]:
-    """Samples per step of each conditioned task ({name: (TaskPool, share)}): the share of the batch, rounded."""
-    counts = {name: int(round(share * batch)) for name, (_, share) in pools.items()}
-    if sum(counts.values()) >= batch:
-        raise ValueError(f"--task-mix leaves no t2va samples in a batch of {batch}: {counts}")
-    return counts
 
 
 def train_dit(run: Run, data: dict, text: TextTable, model=None, tasks: dict | None = None):
@@ -781,16 +760,7 @@ def main(argv=None) -> None:
     if args.wait_text_table:
         run.note("text_table", path=str(table), waited_s=round(time.time() - waited, 1))
     text = TextTable(table, run.device)
-    mix, task_table = {}, None
-    if args.task_mix and "dit" in phases:
-        from train.tasks import first_samples, load_table, parse_mix, table_specs
-
-        mix = parse_mix(args.task_mix)
-        if not args.task_table:
-            raise SystemExit("--task-mix needs --task-table (python -m train.tasks --out ...)")
-        task_table = load_table(Path(args.task_table), text.text_encoder_id)  # before the clips: fail fast
-        if args.task_samples:
-            task_table = first_samples(task_table, args.task_samples)
+    mix, task_table = task_setup(args, text.text_encoder_id) if "dit" in phases else ({}, None)  # fail fast
     data = build_latent_dataset(run, vae, audio_vae, table_specs(task_table) if task_table else [])
     tasks = task_pools(run, task_table, mix, vae) if mix else None
     base = MiniMaxH3Transformer3DModel(**configs.TRANSFORMER).to(run.device)
