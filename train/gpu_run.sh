@@ -75,6 +75,11 @@
 #            (unchanged, so the folder exports as is), train_log.json (per-task losses under dit.task_losses) and
 #            stdout.log. CPU after: python -m train.export_nano OUT_COPY /tmp/nano18, then python -m train.verify_nano
 #            --model /tmp/nano18 --checks fl2va,steering --prompts 5 (fl2va against its t2va control).
+#   stage 19: stage 13 with stage 18's task mix: after a VAE change (stage 15) the transformer continues on the new
+#            latents and learns fl2va/ref2va in the same call, then new turbo LoRAs and the live checks; beside it the
+#            video decoder alone. CK as for stage 13 plus tasks.pt (checkpoint_from_model --tasks; its prompt
+#            embeddings depend on the text encoder only, so a tasks.pt built from assets/nano serves a new VAE).
+#            1,600 t2va clips beside the 1,600 task clips: 3,200 in all, which stage 13 encoded in 88 s.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -243,6 +248,10 @@ case $stage in
       --task-mix fl2va=0.3,ref2va=0.1 --task-table "$CK/tasks.pt" --audio-weight 1.0 --dit-lr 3e-4 \
       --dit-seconds 600 --reserve-after-dit 40 --budget 540 "$@" 2>&1 | tee "$OUT/stdout.log"
     rm -f "$OUT/preview.npz" ;;
+  19)
+    python3 -c "import engine.tasks, train.tasks, diffusers.modular_pipelines.minimax_h3.encoders" || exit 1
+    [ -f "$CK/tasks.pt" ] || { echo "no $CK/tasks.pt: checkpoint_from_model --tasks builds it"; exit 1; }
+    bash "$0" 13 --task-mix fl2va=0.3,ref2va=0.1 --task-table "$CK/tasks.pt" --num-clips 1600 "$@" ;;
   10)
     secs=${SECS:-450}
     timeout $((secs + 100)) python3 -m train.train_nano --out "$OUT" --mirror /tmp/ck10 \
