@@ -121,7 +121,7 @@ def test_training_forward_equals_the_engine_forward(task, nano_engine, nano_comp
 
     planned = _planned(task)
     table = build_table(components=nano_components, samples=planned, log_every=0)
-    pool = TaskPool(task, table, torch.arange(len(planned)), nano_components.vae, "cpu")
+    pool = TaskPool(task, table, nano_components.vae, "cpu")
     embeds, layout, cond, _ = pool.batch(torch.arange(len(planned)))
     canvas = resolve_canvas(nano_components.geometry, 5.0, "16:9", 128)
     scheduler, audio_scheduler = nano_components.scheduler, nano_components.audio_scheduler
@@ -197,7 +197,7 @@ def test_shifted_conditioning_rows_break_the_match(nano_components, tiny):
     0.999, changes the generated rows' output by more than ten times its 1e-4 tolerance."""
     planned = _planned("fl2va")[:1]
     table = build_table(components=nano_components, samples=planned, log_every=0)
-    pool = TaskPool("fl2va", table, torch.arange(1), nano_components.vae, "cpu")
+    pool = TaskPool("fl2va", table, nano_components.vae, "cpu")
     embeds, layout, cond, _ = pool.batch(torch.arange(1))
     generator = torch.Generator().manual_seed(0)
     video = torch.randn(1, layout.video_idx.shape[1], cond.shape[-1], generator=generator)
@@ -262,7 +262,7 @@ def test_a_few_training_steps_with_the_task_mix_run_and_stay_finite(tmp_path, na
                        "--dit-seconds", "600", "--reserve-after-dit", "0", "--budget", "600",
                        "--task-mix", "fl2va=0.34,ref2va=0.17"])
     run = Run(args)
-    pools = {name: (TaskPool(name, table, torch.arange(len(planned)), nano_components.vae, "cpu"), share)
+    pools = {name: (TaskPool(name, table, nano_components.vae, "cpu"), share)
              for name, share in parse_mix(args.task_mix).items()}
     model = tiny_transformer(nano_components, seed=1).train()
     before = [p.detach().clone() for p in model.parameters()]

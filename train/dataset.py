@@ -269,6 +269,18 @@ def _signed_distance(shape: str, dx: torch.Tensor, dy: torch.Tensor, radius: tor
     return torch.stack([nx * dx + ny * dy for nx, ny in edges]).amax(0) - inradius
 
 
+def _coverage(specs: list[ClipSpec], dx: torch.Tensor, dy: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
+    """Each spec's shape coverage in [0, 1], anti-aliased with a one-pixel ramp on its signed distance. `dx`, `dy`
+    (offsets from the shape's centre) and `radius` hold one entry per spec on dim 0 and broadcast to the output."""
+    coverage = torch.empty(torch.broadcast_shapes(dx.shape, dy.shape), device=dx.device)
+    for shape in SHAPES:
+        index = [i for i, s in enumerate(specs) if s.shape == shape]
+        if index:
+            picked = torch.tensor(index, device=dx.device)
+            coverage[picked] = (0.5 - _signed_distance(shape, dx[picked], dy[picked], radius[picked])).clamp(0, 1)
+    return coverage
+
+
 def render_video(specs: list[ClipSpec], frames: torch.Tensor | None = None, device="cpu",
                  with_mask: bool = False):
     """Frames (B, T, H, W, 3) float32 in [0, 1] for `frames` (indices, default all 124); optionally the (B, T, H, W)
@@ -280,13 +292,7 @@ def render_video(specs: list[ClipSpec], frames: torch.Tensor | None = None, devi
     xs = torch.arange(WIDTH, device=device, dtype=torch.float32)[None, None, None, :] + 0.5
     dx, dy = xs - cx.float()[..., None, None], ys - cy.float()[..., None, None]
     radius = torch.tensor([s.radius for s in specs], device=device, dtype=torch.float32).view(-1, 1, 1, 1)
-    coverage = torch.empty(len(specs), frames.numel(), HEIGHT, WIDTH, device=device)
-    for shape in SHAPES:
-        index = [i for i, s in enumerate(specs) if s.shape == shape]
-        if index:
-            picked = torch.tensor(index, device=device)
-            distance = _signed_distance(shape, dx[picked], dy[picked], radius[picked])
-            coverage[picked] = (0.5 - distance).clamp(0, 1)
+    coverage = _coverage(specs, dx, dy, radius)
     colour = torch.tensor([COLOURS[s.colour] for s in specs], device=device).view(-1, 1, 1, 1, 3)
     background = _background(specs, HEIGHT, WIDTH, device)[:, None]
     alpha = coverage[..., None]
@@ -302,15 +308,9 @@ def render_reference(specs: list[ClipSpec], size: int = 352, device="cpu") -> to
     device = torch.device(device)
     scale = size / HEIGHT
     centre = torch.arange(size, device=device, dtype=torch.float32) + 0.5 - size / 2
-    dy, dx = centre[None, :, None], centre[None, None, :]
+    dy, dx = centre.view(1, -1, 1).expand(len(specs), -1, -1), centre.view(1, 1, -1).expand(len(specs), -1, -1)
     radius = torch.tensor([s.radius * scale for s in specs], device=device, dtype=torch.float32).view(-1, 1, 1)
-    coverage = torch.empty(len(specs), size, size, device=device)
-    for shape in SHAPES:
-        index = [i for i, s in enumerate(specs) if s.shape == shape]
-        if index:
-            picked = torch.tensor(index, device=device)
-            distance = _signed_distance(shape, dx, dy, radius[picked])
-            coverage[picked] = (0.5 - distance).clamp(0, 1)
+    coverage = _coverage(specs, dx, dy, radius)
     colour = torch.tensor([COLOURS[s.colour] for s in specs], device=device).view(-1, 1, 1, 3)
     background = _background(specs, size, size, device, cell=round(TEXTURE_CELL * scale))
     alpha = coverage[..., None]

@@ -208,9 +208,9 @@ def condition_rows(latents: list[torch.Tensor], patch) -> torch.Tensor:
 class TaskPool:
     """One task's samples on the device: presentation embeddings and packed layouts padded to the task's longest
     (BatchLayout, generated video rows first), the clean conditioning rows (zero-padded), and each sample's clip as an
-    index into the latent dataset."""
+    index into the latent dataset: its index in the table, whose clips are the dataset's first rows."""
 
-    def __init__(self, task: str, table: dict, clip_index: torch.Tensor, vae, device):
+    def __init__(self, task: str, table: dict, vae, device):
         from engine.layout import Canvas, ModelGeometry
 
         self.task = task
@@ -237,7 +237,7 @@ class TaskPool:
             self.embeds[row, : e.shape[0]] = e
             self.cond[row, : c.shape[0]] = c
         self.embeds, self.cond = self.embeds.to(device), self.cond.to(device)
-        self.clip = clip_index[torch.tensor(picked, dtype=torch.long)].to(device)
+        self.clip = torch.tensor(picked, dtype=torch.long, device=device)
 
     def batch(self, ids: torch.Tensor):
         """(embeds (B, Lmax, D), BatchLayout, clean conditioning rows (B, Cmax, C·4), dataset clip indices (B,))."""
@@ -285,8 +285,7 @@ def task_pools(run, table: dict, mix: dict[str, float], vae) -> dict:
     """{task: (TaskPool, share)}: the table's samples of each task with their conditioning latents encoded by `vae`
     on the device; the table's clips are the first rows of the latent dataset."""
     begin = time.time()
-    index = torch.arange(len(table["samples"]))
-    pools = {name: (TaskPool(name, table, index, vae, run.device), share) for name, share in mix.items() if share}
+    pools = {name: (TaskPool(name, table, vae, run.device), share) for name, share in mix.items() if share}
     run.note("tasks", seconds=round(time.time() - begin, 1),
              **{name: {"samples": pool.count, "share": share, "max_text": pool.max_text, "max_cond": pool.max_cond}
                 for name, (pool, share) in pools.items()})
