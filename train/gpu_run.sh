@@ -80,6 +80,15 @@
 #            video decoder alone. CK as for stage 13 plus tasks.pt (checkpoint_from_model --tasks; its prompt
 #            embeddings depend on the text encoder only, so a tasks.pt built from assets/nano serves a new VAE).
 #            1,600 t2va clips beside the 1,600 task clips: 3,200 in all, which stage 13 encoded in 88 s.
+# Run 10 (TRAINING.md 5j), two calls back to back on one warm machine. The weights come from the tracked model folder
+# (MODEL, default assets/nano: CK with weights, text.tar and tasks.pt would overrun the 64 MiB a call carries), so CK
+# holds only text.tar and tasks.pt (out/ckl):
+#   stage 20: stage 15 (the video VAE, encoder included, with the readout) beside stage 18 (the shipped transformer
+#            fine-tuned for fl2va/ref2va on the shipped latents). Both results also stay on the device in out/warm/.
+#   stage 21: stage 19 from stage 20's results in out/warm/ (the call must find the machine still warm): the stage-18
+#            transformer continues with the task mix, then new LoRAs, beside the video decoder alone. Stage 15's VAE
+#            replaces the shipped one only if its round trip (tracker shape on 24 training + 24 held-out clips)
+#            reaches ADOPT_AT of 48 (default 29; the shipped VAE: 25); otherwise the latents stay as shipped.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -91,7 +100,8 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
 CK=${CK:-out/run3}
-if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" != 14 ] && [ "$stage" != 15 ] && [ "$stage" != 16 ] && [ "$stage" != 17 ]; then
+if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" != 14 ] && [ "$stage" != 15 ] && [ "$stage" != 16 ] && [ "$stage" != 17 ] \
+   && [ "$stage" != 20 ] && [ "$stage" != 21 ]; then
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
@@ -252,6 +262,41 @@ case $stage in
     python3 -c "import engine.tasks, train.tasks, diffusers.modular_pipelines.minimax_h3.encoders" || exit 1
     [ -f "$CK/tasks.pt" ] || { echo "no $CK/tasks.pt: checkpoint_from_model --tasks builds it"; exit 1; }
     bash "$0" 13 --task-mix fl2va=0.3,ref2va=0.1 --task-table "$CK/tasks.pt" --num-clips 1600 "$@" ;;
+  20)
+    base=/tmp/ck20
+    python3 -m train.checkpoint_from_model --model "${MODEL:-assets/nano}" --out "$base" --no-text
+    cp "$CK/text.tar" "$CK/tasks.pt" "$base/"
+    mkdir -p /tmp/o15 /tmp/o18
+    CK=$base OUT=/tmp/o15 bash "$0" 15 --budget 490 --vae-seconds 380 > /tmp/s15.log 2>&1 &
+    CK=$base OUT=/tmp/o18 bash "$0" 18 --budget 510 "$@" > /tmp/s18.log 2>&1 &
+    while [ "$(jobs -r | wc -l)" -gt 0 ]; do
+      sleep 30; tail -qn1 /tmp/s15.log /tmp/s18.log
+    done
+    wait
+    grep -h -i -E "roundtrip|round trip|check|followed" /tmp/s15.log /tmp/s18.log | tail -20
+    rm -f /tmp/o15/preview.npz /tmp/o18/preview.npz
+    mkdir -p out/warm; rm -rf out/warm/v15 out/warm/t18; cp -r /tmp/o15 out/warm/v15; cp -r /tmp/o18 out/warm/t18
+    cp /tmp/o18/transformer.safetensors /tmp/o18/train_log.json /tmp/o18/stdout.log "$OUT/"
+    cp /tmp/s15.log "$OUT/"; tar cf "$OUT/vae.tar" -C /tmp o15 ;;
+  21)
+    [ -f out/warm/t18/transformer.safetensors ] || { echo "no out/warm/t18: this machine did not run stage 20"; exit 3; }
+    base=/tmp/ck21; rm -rf "$base" /tmp/ck /tmp/text
+    python3 -m train.checkpoint_from_model --model "${MODEL:-assets/nano}" --out "$base" --no-text
+    cp "$CK/text.tar" "$CK/tasks.pt" out/warm/t18/transformer.safetensors "$base/"
+    ADOPT_AT=${ADOPT_AT:-29} python3 - "$base" <<'PY'
+import json, os, shutil, sys
+base, new = sys.argv[1], "out/warm/v15"
+vae = json.load(open(f"{new}/train_log.json"))["phases"]["video_vae"]
+shape = sum(int(vae["roundtrip"][split]["shape"].split("/")[0]) for split in ("train", "heldout"))
+adopt = shape >= int(os.environ["ADOPT_AT"])
+print(f"stage 15's VAE: shape {shape}/48 in its round trip; adopted: {adopt}", flush=True)
+if adopt:
+    shutil.copyfile(f"{new}/video_vae.safetensors", f"{base}/video_vae.safetensors")
+    log = json.load(open(f"{base}/train_log.json"))
+    log["phases"]["video_vae"] = {k: vae[k] for k in ("latents_mean", "latents_std")}
+    json.dump(log, open(f"{base}/train_log.json", "w"), indent=1)
+PY
+    CK=$base bash "$0" 19 "$@" ;;
   10)
     secs=${SECS:-450}
     timeout $((secs + 100)) python3 -m train.train_nano --out "$OUT" --mirror /tmp/ck10 \
