@@ -29,6 +29,12 @@ ms, flops, effective_TFLOPs) plus keep, max_abs_err (against an fp32 torch refer
 heads and rows) and max_abs_diff_vs_ours (every valid row and head, against our kernel's bf16 output). `flops` is
 the pattern's exact useful work, the same number for every sparse run of one size, so effective TFLOP/s compare
 directly; the dense row counts 4 S^2 H D.
+
+Then the engine's entry point, `kernels.block_sparse_attn.block_sparse_attention(..., tile_indices=ti,
+backend=...)`, end to end on our layout for backend "triton" and "cudnn" (runs "engine block_sparse_attention
+backend=triton" / "... backend=cudnn": the cudnn number includes to_peer of q, k, v, the block lists and from_peer
+into a `[B, S, H, D]` output), and, alone, the conversions ("peer layout conversion (q, k, v in, out back)") and
+the block lists ("peer block lists (block_lists)"); those two records carry no FLOPs.
 """
 
 from __future__ import annotations
@@ -41,88 +47,15 @@ import os
 import sys
 import time
 import traceback
-from typing import NamedTuple
 
 import torch
 
+from kernels.peer_layout import PeerLayout, block_lists, block_sizes, from_peer, peer_layout, to_peer
 from kernels.tile_select import num_video_tiles
 
 # --------------------------------------------------------------------------------------------- pure conversions
-
-
-class PeerLayout(NamedTuple):
-    """Where our rows sit in the peers' 64-aligned layout. Blocks 0..n_sink_blocks-1 hold the sink rows (the last
-    one padded), block n_sink_blocks + t holds video tile t (the last one padded); `length` = n_blocks * tile."""
-
-    video_start: int
-    valid_len: int
-    tile: int
-    n_sink_blocks: int
-    n_video_tiles: int
-
-    @property
-    def n_blocks(self) -> int:
-        return self.n_sink_blocks + self.n_video_tiles
-
-    @property
-    def length(self) -> int:
-        return self.n_blocks * self.tile
-
-    @property
-    def video_base(self) -> int:
-        """Peer row of video row video_start (the first row of video tile 0)."""
-        return self.n_sink_blocks * self.tile
-
-    @property
-    def video_end(self) -> int:
-        """One past the peer row of our last valid row."""
-        return self.video_base + self.valid_len - self.video_start
-
-
-def peer_layout(video_start: int, valid_len: int, tile: int = 64) -> PeerLayout:
-    """The peer layout of our packed sequence (sink rows 0..video_start, video rows video_start..valid_len)."""
-    if not 0 <= video_start <= valid_len:
-        raise ValueError(f"need 0 <= video_start ({video_start}) <= valid_len ({valid_len})")
-    return PeerLayout(video_start, valid_len, tile, -(-video_start // tile), num_video_tiles(video_start, valid_len,
-                                                                                             tile))
-
-
-def peer_rows(lay: PeerLayout) -> torch.Tensor:
-    """LongTensor `[valid_len]`: the peer row of each of our valid rows (increasing)."""
-    rows = torch.arange(lay.valid_len)
-    return torch.where(rows < lay.video_start, rows, rows - lay.video_start + lay.video_base)
-
-
-def key_valid(lay: PeerLayout) -> torch.Tensor:
-    """BoolTensor `[length]`: True at the peer rows that hold one of our rows, False at padding."""
-    pos = torch.arange(lay.length)
-    return (pos < lay.video_start) | ((pos >= lay.video_base) & (pos < lay.video_end))
-
-
-def block_sizes(lay: PeerLayout) -> torch.Tensor:
-    """IntTensor `[n_blocks]`: real (leading) keys in each peer block; padding always sits at a block's end."""
-    return key_valid(lay).view(lay.n_blocks, lay.tile).sum(-1).int()
-
-
-def block_lists(tile_indices: torch.Tensor, lay: PeerLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """Our selection as per-query-block key-block lists (cuDNN BSA's q2k_block_nums / q2k_block_index).
-
-    tile_indices: `[B, H, n_video_tiles, k]` video-tile numbers (kernels.tile_select.select_tiles).
-    Returns counts int32 `[B, H, n_blocks]` and index int32 `[B, H, n_blocks, n_blocks]`, ascending key-block ids
-    in the first counts[b, h, m] entries and zeros after: a sink query block lists every block, video query block
-    n_sink_blocks + t lists the sink blocks and then n_sink_blocks + its selected tiles.
-    """
-    B, H, n, k = tile_indices.shape
-    if n != lay.n_video_tiles:
-        raise ValueError(f"tile_indices has {n} query tiles, the layout {lay.n_video_tiles}")
-    nb, ns, dev = lay.n_blocks, lay.n_sink_blocks, tile_indices.device
-    index = torch.zeros(B, H, nb, nb, dtype=torch.int32, device=dev)
-    index[:, :, :ns] = torch.arange(nb, dtype=torch.int32, device=dev)
-    index[:, :, ns:, :ns] = torch.arange(ns, dtype=torch.int32, device=dev)
-    index[:, :, ns:, ns:ns + k] = torch.sort(tile_indices, dim=-1).values.int() + ns
-    counts = torch.full((B, H, nb), ns + k, dtype=torch.int32, device=dev)
-    counts[:, :, :ns] = nb
-    return counts, index
+# The layout and the cuDNN block lists live in kernels/peer_layout.py (the engine's cudnn backend uses them too);
+# the flash-attn-4 format, the FLOP count and the sampled reference stay here.
 
 
 def fa4_block_tensors(tile_indices: torch.Tensor, lay: PeerLayout) -> dict[str, torch.Tensor]:
@@ -191,18 +124,6 @@ def sample_reference(q, k, v, *, video_start: int, valid_len: int, tile_indices:
                 p = torch.softmax(q[b, rows[sel], h].float() @ kh.T / math.sqrt(D), dim=-1)
                 out[b, sel, j] = p @ vh
     return out
-
-
-def to_peer(x: torch.Tensor, lay: PeerLayout) -> torch.Tensor:
-    """`[B, S, H, D]` (S >= valid_len) -> `[B, length, H, D]` in the peer layout, zeros at padding."""
-    y = x.new_zeros(x.shape[0], lay.length, *x.shape[2:])
-    y[:, peer_rows(lay).to(x.device)] = x[:, :lay.valid_len]
-    return y
-
-
-def from_peer(y: torch.Tensor, lay: PeerLayout) -> torch.Tensor:
-    """`[B, length, H, D]` in the peer layout -> our valid rows `[B, valid_len, H, D]`."""
-    return y[:, peer_rows(lay).to(y.device)]
 
 
 # --------------------------------------------------------------------------------------------- peers (GPU)
@@ -308,9 +229,15 @@ def run_size(S: int, keep: float, names: list[str], res: dict, say) -> None:
 
     def record(run, bucket_, ms, flops_, **extra):
         r = {"run": run, "rows": S, "bucket": bucket_, "ms": ms, "flops": flops_,
-             "effective_TFLOPs": flops_ / (ms * 1e-3) / 1e12, **extra}
+             "effective_TFLOPs": None if flops_ is None else flops_ / (ms * 1e-3) / 1e12, **extra}
         res["attention_runs"].append(r)
         say(json.dumps(r))
+
+    def failed(name, label, bucket_, exc):
+        say(f"{name} S={S}: FAILED {type(exc).__name__}: {exc}")
+        res["errors"][f"{name}_{S}"] = traceback.format_exc()[-4000:]
+        res["attention_runs"].append({"run": label, "rows": S, "bucket": bucket_, "ms": None,
+                                      "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
 
     out = torch.empty_like(q)
     bsa._launch_attention(q, k, v, out, video_start, S, 64, ti)
@@ -350,11 +277,53 @@ def run_size(S: int, keep: float, names: list[str], res: dict, say) -> None:
                    config=config)
             del fn, o, mine
         except Exception as exc:  # noqa: BLE001 - a peer that fails is recorded; the others still run
-            say(f"{name} S={S}: FAILED {type(exc).__name__}: {exc}")
-            res["errors"][f"{name}_{S}"] = traceback.format_exc()[-4000:]
-            res["attention_runs"].append({"run": label, "rows": S, "bucket": lay.length, "ms": None,
-                                          "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
+            failed(name, label, lay.length, exc)
         torch.cuda.empty_cache()
+    run_engine(q, k, v, ti, lay, ours, keep, flops, record, failed, err)
+
+
+def run_engine(q, k, v, ti, lay, ours, keep, flops, record, failed, err) -> None:
+    """The engine's entry point end to end on our layout, per backend (issue 17 item 2's switch): the cudnn number
+    includes the copies into and out of the peer layout and the block lists; both take the same `tile_indices`,
+    so neither includes the selection. Then the conversions alone."""
+    from bench.kernels import timed
+    from kernels import block_sparse_attn as bsa
+
+    S, bucket, video_start = lay.valid_len, q.shape[1], lay.video_start
+    for backend in ("triton", "cudnn"):
+        label = f"engine block_sparse_attention backend={backend}"
+        try:
+            def fn(backend=backend):
+                return bsa.block_sparse_attention(q, k, v, video_start=video_start, valid_len=S, keep_ratio=keep,
+                                                  tile_indices=ti, backend=backend)
+            t0 = time.time()
+            o = fn()
+            torch.cuda.synchronize()
+            first = time.time() - t0
+            extra = {} if backend == "triton" else {
+                "max_abs_diff_vs_ours": (o[:, :S].float() - ours.float()).abs().max().item()}
+            record(label, bucket, timed(fn), flops, keep=keep, max_abs_err=err(o), **extra,
+                   padding_rows_zero=bool((o[:, S:] == 0).all()), first_call_s=first)
+            del o
+        except Exception as exc:  # noqa: BLE001 - a backend that fails is recorded; the run goes on
+            failed(f"engine_{backend}", label, bucket, exc)
+        torch.cuda.empty_cache()
+    label = "peer layout conversion (q, k, v in, out back)"
+    try:
+        def convert():
+            qp, kp, vp = (to_peer(t, lay) for t in (q, k, v))
+            return from_peer(qp, lay, seq_len=bucket)  # qp stands in for the output: same shape and dtype
+        moved = 2 * 4 * S * q.shape[0] * q.shape[2] * q.shape[3] * q.element_size()  # 4 tensors read + written
+        ms = timed(convert)
+        record(label, lay.length, ms, None, bytes_moved=moved, GB_per_s=moved / (ms * 1e-3) / 1e9)
+    except Exception as exc:  # noqa: BLE001
+        failed("peer_conversion", label, lay.length, exc)
+    label = "peer block lists (block_lists)"
+    try:
+        ms = timed(lambda: block_lists(ti, lay))  # per call in the cudnn backend (block_sizes is cached there)
+        record(label, lay.length, ms, None, index_bytes=4 * ti.shape[0] * ti.shape[1] * lay.n_blocks ** 2)
+    except Exception as exc:  # noqa: BLE001
+        failed("peer_block_lists", label, lay.length, exc)
 
 
 def main(argv=None):

@@ -23,11 +23,13 @@ never compiles a new kernel: the compile key is dtype, head_dim, tile and the la
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
 from . import tile_select
 from ._common import HAS_TRITON, KernelUnavailable, jit_cache_size, tl, triton
+from .bsa_cudnn import cudnn_block_sparse_attention, cudnn_bsa_unavailable
 from .tile_select import (
     check_layout,
     num_video_tiles,
@@ -45,7 +47,17 @@ from .tile_select import (
 # rescale were measured slower than impl 3 on the H200 (2026-12-03) and removed.
 CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 sweep, 2026-12-03
 
-__all__ = ["KernelUnavailable", "block_sparse_attention", "block_sparse_attention_reference", "kernel_compile_count"]
+# Backends of `block_sparse_attention` on the GPU path (issue 17 item 2). "triton": our kernel; "cudnn": NVIDIA's
+# cuDNN frontend block-sparse attention through the peer layout (kernels/bsa_cudnn.py); "auto": cudnn where
+# `cudnn_bsa_unavailable` finds nothing against it, else triton. The default stays "triton" until the cudnn timing
+# with its layout conversions is measured (bench/peers.py); H3_SPARSE_BACKEND overrides the default for a whole
+# process (a device benchmark switches the engine with it), an explicit `backend=` argument overrides both.
+BACKENDS = ("triton", "cudnn", "auto")
+DEFAULT_BACKEND = "triton"
+BACKEND_ENV = "H3_SPARSE_BACKEND"
+
+__all__ = ["BACKENDS", "KernelUnavailable", "block_sparse_attention", "block_sparse_attention_reference",
+           "kernel_compile_count", "resolve_backend"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -350,22 +362,76 @@ def _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices):
     return out
 
 
+def resolve_backend(backend: str | None = None) -> str:
+    """The backend name a call uses: `backend` if given, else $H3_SPARSE_BACKEND (read here and nowhere else) if
+    set, else DEFAULT_BACKEND. Raises ValueError for a name outside BACKENDS."""
+    source = "backend"
+    if backend is None:
+        env = os.environ.get(BACKEND_ENV, "").strip()
+        backend, source = (env, BACKEND_ENV) if env else (DEFAULT_BACKEND, "DEFAULT_BACKEND")
+    if backend not in BACKENDS:
+        raise ValueError(f"block_sparse_attention: {source} {backend!r} is not one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def _cudnn_attention(q, k, v, video_start, valid_len, keep_ratio, tile, tile_indices, strict):
+    """(out or None, tile_indices) through cudnn.BSA. None (after our selection, if it ran) when cudnn can not run
+    and strict is off, so that the caller runs our kernel; strict raises KernelUnavailable with the reason."""
+    reason = cudnn_bsa_unavailable(q, tile)
+    if reason is not None:
+        if strict:
+            raise KernelUnavailable(f"block_sparse_attention backend 'cudnn': {reason}; strict mode refuses to "
+                                    "fall back")
+        return None, tile_indices
+    try:
+        if tile_indices is None:
+            require_kernels("block_sparse_attention")
+            tile_indices = select_tiles(q, k, video_start, valid_len, keep_ratio, tile)
+        return cudnn_block_sparse_attention(q, k, v, video_start=video_start, valid_len=valid_len,
+                                            tile_indices=tile_indices, tile=tile), tile_indices
+    except KernelUnavailable:
+        if strict:
+            raise
+    except Exception as exc:  # a selection or cudnn.BSA compile / launch failure
+        if strict:
+            raise KernelUnavailable(
+                f"block_sparse_attention backend 'cudnn' failed on {q.device} ({type(exc).__name__}: {exc}); "
+                "strict mode refuses to fall back"
+            ) from exc
+    return None, tile_indices
+
+
 def block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, keep_ratio: float, tile: int = 64,
-                           tile_indices: torch.Tensor | None = None, strict: bool = True) -> torch.Tensor:
+                           tile_indices: torch.Tensor | None = None, strict: bool = True,
+                           backend: str | None = None) -> torch.Tensor:
     """Block-sparse attention. q, k, v `[B, S, H, D]` -> out `[B, S, H, D]` (q's dtype).
 
-    CUDA tensors run the Triton kernels; if they cannot, `KernelUnavailable` is raised when strict (the default) -
-    there is no silent dense fallback. With strict=False a CUDA failure falls back to the exact torch reference
-    (still sparse, never dense). CPU tensors run `block_sparse_attention_reference` (or the Triton interpreter when
-    `H3_KERNELS_INTERPRET=1` / `TRITON_INTERPRET=1`).
+    backend: "triton" (our kernels), "cudnn" (cudnn.BSA through the peer layout, kernels/bsa_cudnn.py) or "auto"
+    (cudnn where `cudnn_bsa_unavailable` is None, else triton); None means $H3_SPARSE_BACKEND if set, else "triton"
+    (`resolve_backend`). Any other name raises ValueError. The tile selection is ours for every backend.
+
+    CUDA tensors run the chosen backend; if it cannot, `KernelUnavailable` is raised when strict (the default) -
+    there is no silent dense fallback, and "cudnn" on a GPU cudnn.BSA does not cover raises with the reason. With
+    strict=False a cudnn that can not run falls back to our Triton kernel, and a Triton failure to the exact torch
+    reference (still sparse, never dense). CPU tensors run `block_sparse_attention_reference` whatever the backend
+    (or, when `H3_KERNELS_INTERPRET=1` / `TRITON_INTERPRET=1`, the Triton interpreter, which stands in for the GPU
+    path: there "cudnn" is unavailable and "auto" runs triton).
     """
     check_layout(q, video_start, valid_len, tile)
     if not (q.shape == k.shape == v.shape):
         raise ValueError(f"q, k, v shapes differ: {tuple(q.shape)} {tuple(k.shape)} {tuple(v.shape)}")
     D = q.shape[-1]
+    backend = resolve_backend(backend)
     if not triton_path(q):
         return block_sparse_attention_reference(q, k, v, video_start=video_start, valid_len=valid_len,
                                                 keep_ratio=keep_ratio, tile=tile, tile_indices=tile_indices)
+    if backend == "auto":
+        backend = "cudnn" if cudnn_bsa_unavailable(q, tile) is None else "triton"
+    if backend == "cudnn":
+        out, tile_indices = _cudnn_attention(q, k, v, video_start, valid_len, keep_ratio, tile, tile_indices,
+                                             strict)
+        if out is not None:
+            return out
     try:
         require_kernels("block_sparse_attention")
         if D < 16 or D & (D - 1):

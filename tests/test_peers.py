@@ -1,5 +1,6 @@
-"""bench/peers.py: our tile selection in the peers' block formats (CPU), checked against brute-force dense masks
-rebuilt from those formats; the sampled fp32 reference; and (GPU only) one run of main()."""
+"""kernels/peer_layout.py and bench/peers.py: our tile selection in the peers' block formats (CPU), checked
+against brute-force dense masks rebuilt from those formats; the sampled fp32 reference; and (GPU only) one run of
+main()."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from bench import peers
 from kernels.block_sparse_attn import _allowed_mask, block_sparse_attention_reference
+from kernels.peer_layout import block_lists, block_sizes, from_peer, key_valid, peer_layout, peer_rows, to_peer
 from kernels.tile_select import num_keep_tiles, num_video_tiles, select_tiles_reference
 
 # (video_start, valid_len, tile): sink and last video tile partial / aligned / absent
@@ -58,7 +60,7 @@ def dense_from_fa4(t, valid, tile):
 
 
 def to_ours(m, lay):
-    pr = peers.peer_rows(lay)
+    pr = peer_rows(lay)
     return m[:, :, pr][:, :, :, pr]
 
 
@@ -70,24 +72,24 @@ def selection(lay, keep, B=2, H=3, seed=0):
 def test_real_geometries():
     for vs, S, ns, nv, length, sink_last, video_last in ((464, 37760, 8, 583, 37824, 16, 48),
                                                          (1200, 104016, 19, 1607, 104064, 48, 32)):
-        lay = peers.peer_layout(vs, S)
+        lay = peer_layout(vs, S)
         assert (lay.n_sink_blocks, lay.n_video_tiles, lay.length) == (ns, nv, length)
-        sizes = peers.block_sizes(lay)
+        sizes = block_sizes(lay)
         assert sizes[ns - 1] == sink_last and sizes[-1] == video_last and int(sizes.sum()) == S
         assert (sizes[:ns - 1] == 64).all() and (sizes[ns:-1] == 64).all()
-        pr, valid = peers.peer_rows(lay), peers.key_valid(lay)
+        pr, valid = peer_rows(lay), key_valid(lay)
         assert len(pr) == S and (pr.diff() > 0).all() and valid[pr].all() and int(valid.sum()) == S
 
 
 @pytest.mark.parametrize("vs,valid_len,tile", CASES)
 @pytest.mark.parametrize("keep", [0.1, 0.4, 1.0])
 def test_cudnn_lists_give_our_mask(vs, valid_len, tile, keep):
-    lay = peers.peer_layout(vs, valid_len, tile)
+    lay = peer_layout(vs, valid_len, tile)
     ti = selection(lay, keep, seed=vs + valid_len)
-    counts, index = peers.block_lists(ti, lay)
-    m = dense_from_lists(counts, index, peers.block_sizes(lay), tile)
+    counts, index = block_lists(ti, lay)
+    m = dense_from_lists(counts, index, block_sizes(lay), tile)
     assert torch.equal(to_ours(m, lay), ours(ti, lay))
-    assert not m[..., ~peers.key_valid(lay)].any()  # no padding key is ever attended
+    assert not m[..., ~key_valid(lay)].any()  # no padding key is ever attended
     # cuDNN's caller contract: 1..n_blocks entries a row, unique ids in [0, n_blocks), here ascending
     assert (counts >= 1).all() and (counts <= lay.n_blocks).all()
     for b, h, i in ((0, 0, 0), (1, 2, lay.n_blocks - 1), (0, 1, lay.n_blocks // 2)):
@@ -98,64 +100,64 @@ def test_cudnn_lists_give_our_mask(vs, valid_len, tile, keep):
 @pytest.mark.parametrize("vs,valid_len,tile", CASES)
 @pytest.mark.parametrize("keep", [0.1, 0.4, 1.0])
 def test_fa4_tensors_give_our_mask(vs, valid_len, tile, keep):
-    lay = peers.peer_layout(vs, valid_len, tile)
+    lay = peer_layout(vs, valid_len, tile)
     ti = selection(lay, keep, seed=3 * vs + valid_len)
     t = peers.fa4_block_tensors(ti, lay)
-    m = dense_from_fa4(t, peers.key_valid(lay), tile)
+    m = dense_from_fa4(t, key_valid(lay), tile)
     assert torch.equal(to_ours(m, lay), ours(ti, lay))
-    assert not m[..., ~peers.key_valid(lay)].any()
-    sizes = peers.block_sizes(lay)
+    assert not m[..., ~key_valid(lay)].any()
+    sizes = block_sizes(lay)
     for b, h, i in ((0, 0, 0), (1, 2, lay.n_blocks - 1)):
         assert (sizes[t["full_block_idx"][b, h, i, :t["full_block_cnt"][b, h, i]].long()] == tile).all()
         assert (sizes[t["mask_block_idx"][b, h, i, :t["mask_block_cnt"][b, h, i]].long()] < tile).all()
 
 
 def test_fa4_partial_blocks_at_the_real_size():
-    lay = peers.peer_layout(464, 37760)
+    lay = peer_layout(464, 37760)
     ti = selection(lay, 0.1, B=1, H=2)
     t = peers.fa4_block_tensors(ti, lay)
     ns = lay.n_sink_blocks
     assert (t["mask_block_cnt"][:, :, :ns] == 2).all()  # sink query blocks: the padded sink and last video blocks
     last_chosen = (ti == lay.n_video_tiles - 1).any(-1)
     assert torch.equal(t["mask_block_cnt"][:, :, ns:], 1 + last_chosen.int())
-    assert torch.equal(t["full_block_cnt"] + t["mask_block_cnt"], peers.block_lists(ti, lay)[0])
+    assert torch.equal(t["full_block_cnt"] + t["mask_block_cnt"], block_lists(ti, lay)[0])
 
 
 def test_padding_keys_would_change_the_pattern():
     """The reconstruction can tell: treating every peer block as full (no block_sizes) is not our op."""
-    lay = peers.peer_layout(37, 300, 16)
+    lay = peer_layout(37, 300, 16)
     ti = selection(lay, 0.4)
-    counts, index = peers.block_lists(ti, lay)
+    counts, index = block_lists(ti, lay)
     full = torch.full((lay.n_blocks,), 16)
     m = dense_from_lists(counts, index, full, 16)
-    assert m[..., ~peers.key_valid(lay)].any()
+    assert m[..., ~key_valid(lay)].any()
     assert torch.equal(to_ours(m, lay), ours(ti, lay))  # the same pairs on the valid rows, so only that check sees it
     wrong = lay._replace(n_sink_blocks=lay.n_sink_blocks - 1)  # and a layout that drops a sink block is caught
-    m = dense_from_lists(*peers.block_lists(ti, wrong), peers.block_sizes(wrong), 16)
+    m = dense_from_lists(*block_lists(ti, wrong), block_sizes(wrong), 16)
     assert not torch.equal(to_ours(m, wrong), ours(ti, lay))
 
 
 def attention_in_peer_layout(q, k, v, mask, lay):
     """fp64 masked softmax in the peer layout (what a peer computes), read back on our valid rows."""
-    qp, kp, vp = (peers.to_peer(t, lay).double().transpose(1, 2) for t in (q, k, v))
+    qp, kp, vp = (to_peer(t, lay).double().transpose(1, 2) for t in (q, k, v))
     s = (qp @ kp.transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
     p = torch.softmax(s, -1).nan_to_num(0.0)  # padding query rows of the peer layout may see no key
-    return peers.from_peer((p @ vp).transpose(1, 2), lay)
+    return from_peer((p @ vp).transpose(1, 2), lay)
 
 
 @pytest.mark.parametrize("vs,valid_len,tile", [(37, 300, 16), (0, 100, 16), (40, 163, 32)])
 def test_peer_layout_attention_equals_ours(vs, valid_len, tile):
     B, H, D = 1, 2, 16
-    lay = peers.peer_layout(vs, valid_len, tile)
+    lay = peer_layout(vs, valid_len, tile)
     g = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(B, valid_len + 5, H, D, generator=g, dtype=torch.float64) for _ in range(3))
     ti = select_tiles_reference(q, k, vs, valid_len, 0.3, tile)
     ref = block_sparse_attention_reference(q, k, v, video_start=vs, valid_len=valid_len, keep_ratio=0.3, tile=tile,
                                            tile_indices=ti)[:, :valid_len]
-    counts, index = peers.block_lists(ti, lay)
-    got = attention_in_peer_layout(q, k, v, dense_from_lists(counts, index, peers.block_sizes(lay), tile), lay)
+    counts, index = block_lists(ti, lay)
+    got = attention_in_peer_layout(q, k, v, dense_from_lists(counts, index, block_sizes(lay), tile), lay)
     assert (got - ref).abs().max() < 1e-12
-    got4 = attention_in_peer_layout(q, k, v, dense_from_fa4(peers.fa4_block_tensors(ti, lay), peers.key_valid(lay),
+    got4 = attention_in_peer_layout(q, k, v, dense_from_fa4(peers.fa4_block_tensors(ti, lay), key_valid(lay),
                                                             tile), lay)
     assert (got4 - ref).abs().max() < 1e-12
 
@@ -174,7 +176,7 @@ def test_sample_reference_and_flops(vs, valid_len, tile):
                                  rows=rows, tile=tile)
     assert (got.double() - ref[:, rows][:, :, heads]).abs().max() < 1e-5
     n = num_video_tiles(vs, valid_len, tile)
-    lay = peers.peer_layout(vs, valid_len, tile)
+    lay = peer_layout(vs, valid_len, tile)
     assert ti.shape[2] == n == lay.n_video_tiles
     assert peers.pattern_flops(ti, vs, valid_len, tile, D) == 4 * D * int(ours(ti, lay).sum())
 
