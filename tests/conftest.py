@@ -50,6 +50,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_bench.py::test_e2e_bench_runs_real_generate_per_tier_and_merges_calls": ("slow",),
     "tests/test_bench.py::test_tiny_decode_measures_only_the_requests_asked_for": ("slow",),
     "tests/test_train.py::test_tracker_reads_colour_shape_and_motion_of_rendered_clips": ("slow",),
+    "tests/test_train_tasks.py::test_ref2va_check_runs_through_the_engine": ("slow",),  # three nano clips, 64 s
     "tests/test_api_uploads.py::test_a_pair_with_references_keys_its_configuration_by_task_and_exports_its_inputs":
         ("slow",),
 }

@@ -329,3 +329,73 @@ def test_fl2va_check_measures_a_clip_that_starts_on_its_keyframe():
     moved = first_frames_match(np.roll(frames, 40, axis=2), keyframe, centre, spec)
     assert not moved["within"] and moved["offset_px"] > FL2VA_WITHIN_PX
     assert moved["ssim_frame0_subject"] < 0.9
+
+
+def _rendered(spec):
+    from types import SimpleNamespace
+
+    from train.dataset import render_video
+
+    return SimpleNamespace(frames=(render_video([spec]) * 255).round().to(torch.uint8).numpy()[0])
+
+
+class _RenderingEngine:
+    """Stands in for the Engine in train.verify_nano's ref2va check: a request with a reference gets the clip of
+    `referenced`, one without gets the clip of `control` (rendered ground truth); the payloads are kept."""
+
+    def __init__(self, referenced, control):
+        self.referenced, self.control, self.payloads = referenced, control, []
+
+    def generate(self, payload):
+        self.payloads.append(payload)
+        return _rendered(self.referenced if payload.get("references") else self.control)
+
+
+def test_ref2va_check_passes_only_when_the_colour_comes_from_the_reference():
+    """train.verify_nano's ref2va check on rendered clips: the requests it makes (subject-free prompt + the rendered
+    reference, the same prompt without it, the full caption + the reference; one seed), its JSON, and its gate: a
+    reference-following ref2va against a control of another colour passes; against a control that gets the colour
+    anyway (nothing to credit the reference with), or when ref2va misses the colour, it fails."""
+    import dataclasses
+    import json
+
+    from train.dataset import COLOURS, subject_free_caption
+    from train.tasks import png
+    from train.verify_nano import SEED, Clips, check_ref2va, ref2va_references
+
+    spec, prompt, reference = ref2va_references(1)[0]
+    assert prompt == subject_free_caption(spec.motion, spec.background, spec.template) != spec.caption
+    assert np.array_equal(reference, images_for("ref2va", spec, ())[0]) and reference.shape == (352, 352, 3)
+    other = dataclasses.replace(spec, colour=next(c for c in COLOURS if c != spec.colour))
+
+    engine = _RenderingEngine(spec, other)
+    result = json.loads(json.dumps(check_ref2va(Clips(engine), 1)))
+    assert [(p["prompt"], "references" in p) for p in engine.payloads] == [
+        (prompt, True), (prompt, False), (spec.caption, True)]
+    assert all(p["seed"] == SEED and p["tier"] == "baseline" for p in engine.payloads)
+    assert all(p["references"] == [png(reference)] for p in engine.payloads if "references" in p)
+    row = result["per_prompt"][0]
+    assert row["reference"] == [spec.colour, spec.shape] and row["motion"] == spec.motion
+    assert row["ref2va"]["tracked"] == [spec.colour, spec.shape, spec.motion] and row["ref2va"]["found"]
+    assert row["t2va"]["tracked"] == [other.colour, spec.shape, spec.motion] and not row["t2va"]["colour_ok"]
+    assert result["summary"]["ref2va"] == {"colour": "1/1", "shape": "1/1", "motion": "1/1", "found": "1/1",
+                                           "tracked_colours": {spec.colour: 1}}
+    assert result["summary"]["t2va"]["colour"] == "0/1" and result["summary"]["named_ref2va"]["colour"] == "1/1"
+    assert result["colour_rate"] == {"ref2va": 1.0, "t2va": 0.0} and result["colour_chance"] == pytest.approx(1 / 6, abs=1e-3)
+    assert result["pass"] is True
+
+    as_good = check_ref2va(Clips(_RenderingEngine(spec, spec)), 1, named=False)
+    assert set(as_good["summary"]) == {"ref2va", "t2va"} and as_good["summary"]["t2va"]["colour"] == "1/1"
+    assert as_good["pass"] is False
+    assert check_ref2va(Clips(_RenderingEngine(other, other)), 1, named=False)["pass"] is False
+
+
+def test_ref2va_check_runs_through_the_engine(nano_engine):
+    """The ref2va check's requests are ones the engine takes: one prompt at 2 steps on the nano, three clips."""
+    from train.verify_nano import Clips, check_ref2va
+
+    clips = Clips(nano_engine, steps=2)
+    result = check_ref2va(clips, 1)
+    assert len(clips.cache) == 3 and all(c.frames.shape[1:] == (128, 224, 3) for c in clips.cache.values())
+    assert result["steps"] == 2 and result["prompts"] == 1 and isinstance(result["pass"], bool)
+    assert set(result["per_prompt"][0]) >= {"ref2va", "t2va", "named_ref2va"}

@@ -26,6 +26,12 @@ with a caption template, generated with seed 42. Clips are made once per (prompt
    starts within that distance, and the tracker reads the keyframe's colour, on >= 80% of prompts each). SSIM is
    reported, not gated: a frame 0 of bare background scores above a subject in the wrong place.
    `--fl2va-strips DIR`: a PNG per prompt, keyframe | fl2va frame 0 | t2va frame 0.
+7. ref2va (issue 21): each held-out prompt's subject as a rendered 352x352 reference (train/tasks.images_for, the
+   clip of seed REF2VA_SEED + i) with a prompt that names neither colour nor shape (train/dataset.subject_free_caption
+   of its motion, background and template), through the Engine at 50 steps; t2va of the same subject-free prompt and
+   seed (no reference) is the control, whose colour rate is what chance gives. The tracker reads each clip's colour,
+   shape and motion (pass: ref2va's colour is the reference's on >= 80% of prompts, and on more prompts than the
+   control's). `--ref2va-named` (default) adds the full caption with the reference, reported, not gated.
 Results are printed and written as JSON; TRAINING.md quotes them.
 """
 
@@ -95,10 +101,14 @@ def heldout_set(count: int, seed: int = 20261209) -> list[tuple[tuple[str, str, 
 
 
 class Clips:
-    """Generate each (prompt, tier) once; the checks share the clips."""
+    """Generate each (prompt, tier) once; the checks share the clips. `steps` overrides every tier's step count (the
+    plumbing tests' tiny budget; None: each tier's own)."""
 
-    def __init__(self, engine):
-        self.engine, self.cache = engine, {}
+    def __init__(self, engine, steps: int | None = None):
+        self.engine, self.cache, self.steps = engine, {}, steps
+
+    def _generate(self, payload: dict):
+        return self.engine.generate(payload if self.steps is None else {**payload, "steps": self.steps})
 
     def get(self, prompt: str, tier: str):
         if (prompt, tier) not in self.cache:
@@ -106,7 +116,7 @@ class Clips:
             payload = {"prompt": prompt, "seed": SEED, "tier": tier}
             if tier == "v-ghost":
                 payload["force"] = True
-            self.cache[prompt, tier] = self.engine.generate(payload)
+            self.cache[prompt, tier] = self._generate(payload)
             print(f"    {tier:>9} {time.time() - start:5.1f} s  {prompt!r}", flush=True)
         return self.cache[prompt, tier]
 
@@ -115,9 +125,19 @@ class Clips:
         key = (prompt, "fl2va", hashlib.sha256(first_frame).hexdigest())
         if key not in self.cache:
             start = time.time()
-            self.cache[key] = self.engine.generate({"prompt": prompt, "seed": SEED, "tier": "baseline",
-                                                    "first_frame": first_frame, "aspect_ratio": "16:9"})
+            self.cache[key] = self._generate({"prompt": prompt, "seed": SEED, "tier": "baseline",
+                                              "first_frame": first_frame, "aspect_ratio": "16:9"})
             print(f"    {'fl2va':>9} {time.time() - start:5.1f} s  {prompt!r}", flush=True)
+        return self.cache[key]
+
+    def referenced(self, prompt: str, reference: bytes):
+        """The baseline ref2va clip of `prompt` with one reference image (PNG bytes), same seed and 16:9 canvas."""
+        key = (prompt, "ref2va", hashlib.sha256(reference).hexdigest())
+        if key not in self.cache:
+            start = time.time()
+            self.cache[key] = self._generate({"prompt": prompt, "seed": SEED, "tier": "baseline",
+                                              "references": [reference], "aspect_ratio": "16:9"})
+            print(f"    {'ref2va':>9} {time.time() - start:5.1f} s  {prompt!r}", flush=True)
         return self.cache[key]
 
 
@@ -482,6 +502,82 @@ def check_fl2va(clips: Clips, count: int, strips: Path | None = None) -> dict:
             "pass": within >= 0.8 and colour >= 0.8}
 
 
+REF2VA_SEED = FL2VA_SEED  # the references' specs: the very clips whose frame 0 the fl2va check uses as keyframes
+REF2VA_PASS = 0.8
+
+
+def ref2va_references(count: int) -> list[tuple]:
+    """(spec, subject-free prompt, reference uint8 (352, 352, 3)) for the first `count` held-out prompts: the spec is
+    the prompt's clip under seed REF2VA_SEED + i, its reference `train.tasks.images_for("ref2va", ...)` (what the
+    trainer's ref2va samples show), and the prompt `subject_free_caption` of its motion, background and template."""
+    from train.dataset import make_spec, subject_free_caption
+    from train.tasks import images_for
+
+    rows = []
+    for index, (content, template) in enumerate(heldout_set(count)):
+        spec = make_spec(content, REF2VA_SEED + index, template)
+        (reference,) = images_for("ref2va", spec, ())
+        rows.append((spec, subject_free_caption(spec.motion, spec.background, spec.template), reference))
+    return rows
+
+
+def subject_match(frames: np.ndarray, spec) -> dict:
+    """The tracked subject of a clip against a spec's colour, shape and motion, and whether a subject was found."""
+    tr = track(frames)
+    return {"colour_ok": tr.colour == spec.colour, "shape_ok": tr.shape == spec.shape,
+            "motion_ok": tr.motion == spec.motion, "found": tr.colour is not None, "found_frames": round(tr.found, 3),
+            "tracked": [tr.colour, tr.shape, tr.motion]}
+
+
+def check_ref2va(clips: Clips, count: int, named: bool = True, strips: Path | None = None) -> dict:
+    """ref2va: does the clip take its subject from the reference when the prompt does not name it?
+
+    Per held-out prompt (`ref2va_references`), two clips on the same seed at 50 steps: ref2va (the subject-free
+    prompt + the reference) and the control, t2va of the same subject-free prompt without it. The tracker reads each
+    clip's colour, shape and motion against the reference's subject and the prompt's motion. The control's colour
+    rate is what chance gives (1 / len(COLOURS) for a uniform pick); above it the colour comes from the reference.
+    Pass: ref2va's tracked colour is the reference's on >= 80% of prompts, and on more prompts than the control's.
+    With `named`, a third clip, ref2va of the full caption (which names the same subject) with the reference, is
+    reported beside them (colour, shape, motion; not gated): a reference must not break a prompt that agrees with it.
+    `strips`: a PNG per prompt, reference (128 px) | ref2va | t2va (| named) at the middle frame."""
+    from collections import Counter
+
+    from train.dataset import COLOURS
+    from train.tasks import png
+
+    arms = ("ref2va", "t2va", "named_ref2va") if named else ("ref2va", "t2va")
+    rows = []
+    for index, (spec, prompt, reference) in enumerate(ref2va_references(count)):
+        data = png(reference)
+        clip = {"ref2va": clips.referenced(prompt, data), "t2va": clips.get(prompt, "baseline")}
+        if named:
+            clip["named_ref2va"] = clips.referenced(spec.caption, data)
+        row = {"prompt": prompt, "named_prompt": spec.caption, "reference": [spec.colour, spec.shape],
+               "motion": spec.motion, **{name: subject_match(c.frames, spec) for name, c in clip.items()}}
+        rows.append(row)
+        print("  ref2va", json.dumps(row), flush=True)
+        if strips is not None:
+            from PIL import Image
+
+            strips.mkdir(parents=True, exist_ok=True)
+            height = clip["ref2va"].frames.shape[1]
+            small = np.asarray(Image.fromarray(reference).resize((height, height), Image.Resampling.LANCZOS))
+            middle = [c.frames[len(c.frames) // 2] for c in clip.values()]
+            Image.fromarray(np.concatenate([small, *middle], axis=1)).save(strips / f"ref2va_{index:02d}.png")
+    summary = {}
+    for name in arms:
+        arm = [r[name] for r in rows]
+        summary[name] = {key: f"{sum(a[f'{key}_ok'] for a in arm)}/{len(arm)}" for key in ("colour", "shape", "motion")}
+        summary[name]["found"] = f"{sum(a['found'] for a in arm)}/{len(arm)}"
+        summary[name]["tracked_colours"] = dict(sorted(Counter(str(a["tracked"][0]) for a in arm).items()))
+    colour = {name: sum(r[name]["colour_ok"] for r in rows) / len(rows) for name in ("ref2va", "t2va")}
+    return {"prompts": len(rows), "seed": SEED, "reference_seed": REF2VA_SEED, "steps": clips.steps or "tier",
+            "colour_chance": round(1 / len(COLOURS), 3), "colour_rate": colour,
+            "gate": f"ref2va colour right on >= {REF2VA_PASS:.0%} of prompts and on more than the t2va control's",
+            "summary": summary, "per_prompt": rows,
+            "pass": colour["ref2va"] >= REF2VA_PASS and colour["ref2va"] > colour["t2va"]}
+
+
 def benchmark(engine, repeats: int = 1) -> dict:
     """Seconds for a 5 s baseline + turbo pair (same prompt and seed), after a warm-up pair."""
     prompt = "a red circle bounces on a grey background"
@@ -521,10 +617,17 @@ def main() -> None:
     parser.add_argument("--attention-prompts", type=int, default=1,
                         help="ghost check: measure the attention mass sparse attention keeps on this many prompts")
     parser.add_argument("--checks", default="steering,turbo,audio,ghost,bench",
-                        help="comma list; also contacts (the floor-contact rule on ground truth, no model) and fl2va "
-                             "(a first-frame keyframe against the t2va control)")
+                        help="comma list; also contacts (the floor-contact rule on ground truth, no model), fl2va "
+                             "(a first-frame keyframe against the t2va control) and ref2va (a reference image with a "
+                             "prompt that names no subject, against t2va of that prompt; pass: ref2va's colour is the "
+                             "reference's on >= 80%% of --prompts and on more than the control's)")
     parser.add_argument("--fl2va-strips", type=Path, default=None,
                         help="fl2va check: write a PNG per prompt (keyframe | fl2va frame 0 | t2va frame 0) here")
+    parser.add_argument("--ref2va-named", action=argparse.BooleanOptionalAction, default=True,
+                        help="ref2va check: also run the full caption (which names the subject) with the reference "
+                             "(one more clip per prompt; reported, not gated)")
+    parser.add_argument("--ref2va-strips", type=Path, default=None,
+                        help="ref2va check: write a PNG per prompt (reference | ref2va | t2va | named, middle frame)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -541,7 +644,8 @@ def main() -> None:
               "turbo": lambda: check_turbo(clips, args.prompts), "audio": lambda: check_audio(clips, args.prompts),
               "ghost": lambda: check_ghost(clips, args.ghost_prompts, args.ghost_tile, args.ghost_strips,
                                            args.attention_prompts, args.ghost_first),
-              "fl2va": lambda: check_fl2va(clips, args.prompts, args.fl2va_strips)}
+              "fl2va": lambda: check_fl2va(clips, args.prompts, args.fl2va_strips),
+              "ref2va": lambda: check_ref2va(clips, args.prompts, args.ref2va_named, args.ref2va_strips)}
     for name in args.checks.split(","):
         start = time.time()
         try:
