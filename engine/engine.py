@@ -30,7 +30,7 @@ from engine.cache import FirstBlockCache
 from engine.clip import Clip
 from engine.components import Components, load_components
 from engine.errors import RequestError
-from engine.interface import RequestPlan, plan_request, task_tier_config, tier_plan
+from engine.interface import RequestPlan, plan_request, sparse_kernel_of, task_tier_config, tier_plan
 from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
 from engine.media import encode_mp4
 from engine.memory import Machine
@@ -148,6 +148,7 @@ class Engine:
         self.fp8_ready = parallel is None
         if self.fp8_ready and any(tier.fp8 for tier in self.tiers.tiers.values()):
             self._fp8_for(components.transformer)
+        self.sparse_kernel = sparse_kernel_of(components)
 
     @classmethod
     def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None,
@@ -192,7 +193,7 @@ class Engine:
     def plan(self, payload: dict | GenerationRequest) -> RequestPlan:
         """Validate and plan one request: the tier config its clip will carry, its canvas, the model."""
         return plan_request(self.validate(payload), self.tiers, self.components.geometry, self.num_blocks,
-                            self.model_id, self.model_name)
+                            self.model_id, self.model_name, self.sparse_kernel)
 
     def generate(self, payload: dict | GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
                  cancel: Callable[[], bool] | None = None) -> Clip:
@@ -275,7 +276,7 @@ class Engine:
         return Clip(
             frames=frames, audio=audio, sample_rate=components.geometry.audio_sample_rate, fps=FPS, mp4=mp4,
             prompt=request.prompt, seed=request.seed, tier=result.plan.tier.name,
-            tier_config=task_tier_config(result.plan.to_dict(), request),
+            tier_config=task_tier_config(result.plan.to_dict(), request, self.sparse_kernel),
             model_id=components.model_id, model_name=components.name, tokens=layout.length,
             padded_tokens=layout.padded_length, width=canvas.width, height=canvas.height,
             duration_seconds=canvas.duration_seconds, requested_duration=request.duration_seconds,

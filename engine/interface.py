@@ -69,19 +69,33 @@ def tier_plan(tiers: TierTable, request: GenerationRequest, num_blocks: int, mod
     return TierPlan(tier, request.steps or tier.steps, num_blocks, model_tile)
 
 
-def task_tier_config(tier_config: dict[str, Any], request: GenerationRequest) -> dict[str, Any]:
-    """The tier config a clip of this request carries: fl2va/ref2va add their task, so their configurations (and
-    configuration keys) differ from t2va's; t2va's stays as it always was."""
+def task_tier_config(tier_config: dict[str, Any], request: GenerationRequest,
+                     sparse_kernel: str | None = None) -> dict[str, Any]:
+    """The tier config a clip of this request carries: fl2va/ref2va add their task, and a sparse tier served by
+    cuDNN's block-sparse kernel adds `sparse_kernel: "cudnn"` (its pixels differ from our kernel's), so their
+    configurations (and configuration keys) differ; t2va on our kernel stays as it always was."""
+    if sparse_kernel == "cudnn" and tier_config.get("sparse"):
+        tier_config = {**tier_config, "sparse_kernel": sparse_kernel}
     return tier_config if request.task == "t2va" else {**tier_config, "task": request.task}
 
 
+def sparse_kernel_of(components) -> str:
+    """What block-sparse attention runs on these components: "reference", "triton" or "cudnn"
+    (`kernels.block_sparse_attn.planned_backend` at the transformer's device, dtype, head dim and tile)."""
+    from kernels.block_sparse_attn import planned_backend
+
+    return planned_backend(components.device, components.dtype, components.transformer.config.attention_head_dim,
+                           components.geometry.sparse_tile)
+
+
 def plan_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,
-                 model_id: str, model_name: str) -> RequestPlan:
-    """The plan of a validated request on a model of this geometry and depth (in-process and parallel engines)."""
+                 model_id: str, model_name: str, sparse_kernel: str | None = None) -> RequestPlan:
+    """The plan of a validated request on a model of this geometry and depth (in-process and parallel engines);
+    `sparse_kernel`: what the engine's block-sparse attention runs (`kernels.block_sparse_attn.planned_backend`)."""
     from engine.layout import resolve_canvas  # imports diffusers: only when a local engine plans
 
     canvas = resolve_canvas(geometry, request.duration_seconds, request.aspect_ratio, request.short_edge)
     plan = tier_plan(tiers, request, num_blocks, geometry.sparse_tile)
-    return RequestPlan(request, task_tier_config(plan.to_dict(), request),
+    return RequestPlan(request, task_tier_config(plan.to_dict(), request, sparse_kernel),
                        canvas.width, canvas.height,
                        canvas.duration_seconds, model_id, model_name)

@@ -179,7 +179,7 @@ def _summary(engine) -> dict:
     return {"name": components.name, "model_id": components.model_id, "path": components.path,
             "untrained": components.untrained, "geometry": components.geometry,
             "pipeline_config": components.pipeline_config, "device": str(components.device),
-            "num_blocks": len(components.transformer.transformer_blocks)}
+            "num_blocks": len(components.transformer.transformer_blocks), "sparse_kernel": engine.sparse_kernel}
 
 
 def _serve(engine, ctx: ParallelContext, job: WorkerJob, outbox, cancel_event) -> Final:
@@ -320,6 +320,7 @@ class ComponentsSummary:
     pipeline_config: dict
     device: str
     num_blocks: int
+    sparse_kernel: str  # what rank 0's block-sparse attention runs (its clips' tier configs record "cudnn")
 
 
 @dataclass
@@ -384,7 +385,7 @@ class ParallelEngine:
         """`Engine.plan`, from rank 0's model summary: the workers run the same tier table and model."""
         components = self.components
         return plan_request(self.validate(payload), self.tiers, components.geometry, components.num_blocks,
-                            self.model_id, self.model_name)
+                            self.model_id, self.model_name, components.sparse_kernel)
 
     def generate(self, payload: dict | GenerationRequest, on_step: Callable | None = None,
                  cancel: Callable[[], bool] | None = None) -> Clip:

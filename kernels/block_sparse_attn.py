@@ -48,16 +48,18 @@ from .tile_select import (
 CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 sweep, 2026-12-03
 
 # Backends of `block_sparse_attention` on the GPU path (issue 17 item 2). "triton": our kernel; "cudnn": NVIDIA's
-# cuDNN frontend block-sparse attention through the peer layout (kernels/bsa_cudnn.py); "auto": cudnn where
-# `cudnn_bsa_unavailable` finds nothing against it, else triton. The default stays "triton" until the cudnn timing
-# with its layout conversions is measured (bench/peers.py); H3_SPARSE_BACKEND overrides the default for a whole
-# process (a device benchmark switches the engine with it), an explicit `backend=` argument overrides both.
+# cuDNN frontend block-sparse attention through the peer layout (kernels/bsa_cudnn.py); "auto" (the default): cudnn
+# where `cudnn_bsa_unavailable` finds nothing against it, else triton, and triton if cudnn fails at run time. Measured
+# on the H200 (2026-12-04, bench/results/peers_2026-12-04_engine.json), this entry point with keep 0.1, selection
+# and the layout copies included: cudnn 11.76 ms against triton 12.78 at 37,760 rows, 88.1 against 102.8 at
+# 104,016, the same error against an fp32 reference. H3_SPARSE_BACKEND overrides the default for a whole process,
+# an explicit `backend=` argument overrides both.
 BACKENDS = ("triton", "cudnn", "auto")
-DEFAULT_BACKEND = "triton"
+DEFAULT_BACKEND = "auto"
 BACKEND_ENV = "H3_SPARSE_BACKEND"
 
 __all__ = ["BACKENDS", "KernelUnavailable", "block_sparse_attention", "block_sparse_attention_reference",
-           "kernel_compile_count", "resolve_backend"]
+           "kernel_compile_count", "planned_backend", "resolve_backend"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -401,14 +403,28 @@ def _cudnn_attention(q, k, v, video_start, valid_len, keep_ratio, tile, tile_ind
     return None, tile_indices
 
 
+def planned_backend(device, dtype: torch.dtype, head_dim: int, tile: int = 64, backend: str | None = None) -> str:
+    """What `block_sparse_attention` runs on tensors of this device, dtype and head dim: "reference" (CPU),
+    "triton" or "cudnn", with "auto" resolved as a call resolves it. The engine records "cudnn" in the configuration
+    of the sparse tiers it serves: the two kernels' outputs differ (by one bf16 step at most, measured)."""
+    probe = torch.empty(1, 1, 1, head_dim, device=device, dtype=dtype)
+    if not triton_path(probe):
+        return "reference"
+    backend = resolve_backend(backend)
+    if backend == "auto":
+        return "cudnn" if cudnn_bsa_unavailable(probe, tile) is None else "triton"
+    return backend
+
+
 def block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, keep_ratio: float, tile: int = 64,
                            tile_indices: torch.Tensor | None = None, strict: bool = True,
                            backend: str | None = None) -> torch.Tensor:
     """Block-sparse attention. q, k, v `[B, S, H, D]` -> out `[B, S, H, D]` (q's dtype).
 
     backend: "triton" (our kernels), "cudnn" (cudnn.BSA through the peer layout, kernels/bsa_cudnn.py) or "auto"
-    (cudnn where `cudnn_bsa_unavailable` is None, else triton); None means $H3_SPARSE_BACKEND if set, else "triton"
-    (`resolve_backend`). Any other name raises ValueError. The tile selection is ours for every backend.
+    (cudnn where `cudnn_bsa_unavailable` is None, else triton; triton too when cudnn fails, strict or not); None
+    means $H3_SPARSE_BACKEND if set, else "auto" (`resolve_backend`). Any other name raises ValueError. The tile
+    selection is ours for every backend.
 
     CUDA tensors run the chosen backend; if it cannot, `KernelUnavailable` is raised when strict (the default) -
     there is no silent dense fallback, and "cudnn" on a GPU cudnn.BSA does not cover raises with the reason. With
@@ -425,11 +441,12 @@ def block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, keep_ra
     if not triton_path(q):
         return block_sparse_attention_reference(q, k, v, video_start=video_start, valid_len=valid_len,
                                                 keep_ratio=keep_ratio, tile=tile, tile_indices=tile_indices)
-    if backend == "auto":
-        backend = "cudnn" if cudnn_bsa_unavailable(q, tile) is None else "triton"
+    fallback_ok = not strict
+    if backend == "auto":  # ours is the fallback of "auto": a cudnn failure runs our kernel, even when strict
+        backend, fallback_ok = ("cudnn" if cudnn_bsa_unavailable(q, tile) is None else "triton"), True
     if backend == "cudnn":
         out, tile_indices = _cudnn_attention(q, k, v, video_start, valid_len, keep_ratio, tile, tile_indices,
-                                             strict)
+                                             not fallback_ok)
         if out is not None:
             return out
     try:

@@ -102,7 +102,7 @@ def test_unavailable_reasons(bsa_importable, monkeypatch):
 
 def test_resolve_backend(monkeypatch):
     monkeypatch.delenv(bsa.BACKEND_ENV, raising=False)
-    assert bsa.resolve_backend() == "triton" == bsa.DEFAULT_BACKEND
+    assert bsa.resolve_backend() == "auto" == bsa.DEFAULT_BACKEND
     assert bsa.resolve_backend("auto") == "auto"
     monkeypatch.setenv(bsa.BACKEND_ENV, "cudnn")
     assert bsa.resolve_backend() == "cudnn"
@@ -172,7 +172,7 @@ def run(backend=None, strict=True, **kw):
 @pytest.mark.parametrize("backend,reason,ran", [("triton", None, "triton"), ("triton", "no", "triton"),
                                                 ("cudnn", None, "cudnn"), ("auto", None, "cudnn"),
                                                 ("auto", "cudnn.BSA is not importable", "triton"),
-                                                (None, None, "triton")])
+                                                (None, None, "cudnn"), (None, "no", "triton")])
 def test_backend_choice_on_the_gpu_path(gpu_path, backend, reason, ran):
     gpu_path["reason"] = reason
     out = run(backend)
@@ -220,6 +220,34 @@ def test_cudnn_failure_is_loud_when_strict(gpu_path, monkeypatch):
     gpu_path["select"] = 0
     assert run("cudnn", strict=False).unique().item() == 1.0
     assert gpu_path["select"] == 1  # the fallback reuses the selection
+    # "auto" (the default) has ours as its fallback even when strict: cudnn failed, our kernel ran
+    assert run("auto").unique().item() == 1.0 and run().unique().item() == 1.0
+
+
+def test_planned_backend(gpu_path, monkeypatch):
+    """What the engine records: "cudnn" only where the call would run it, "reference" off the GPU path."""
+    assert bsa.planned_backend("cpu", torch.bfloat16, 128) == "cudnn"  # the spies: GPU path, cudnn available
+    gpu_path["reason"] = "compute capability 8.0"
+    assert bsa.planned_backend("cpu", torch.bfloat16, 128) == "triton"
+    assert bsa.planned_backend("cpu", torch.bfloat16, 128, backend="cudnn") == "cudnn"
+    monkeypatch.setattr(bsa, "triton_path", lambda x: False)
+    assert bsa.planned_backend("cpu", torch.bfloat16, 128) == "reference"
+
+
+def test_a_cudnn_served_sparse_tier_is_its_own_configuration():
+    """Its pixels differ from our kernel's, so its tier config (hence configuration key) does too; dense tiers and
+    our kernels keep the configs they always had."""
+    from engine.interface import task_tier_config
+    from engine.request import GenerationRequest
+    from engine.tiers import TierTable
+
+    tiers = TierTable.load()
+    request = GenerationRequest(prompt="a red circle moves left to right", tier="sol")
+    sol, baseline = tiers.get("sol").to_dict(), tiers.get("baseline").to_dict()
+    assert task_tier_config(sol, request, "cudnn") == {**sol, "sparse_kernel": "cudnn"}
+    for kernel in ("triton", "reference", None):
+        assert task_tier_config(sol, request, kernel) == sol
+    assert task_tier_config(baseline, request, "cudnn") == baseline
 
 
 def test_cudnn_without_cuda_raises_the_real_reason(monkeypatch):
