@@ -89,6 +89,8 @@
 #            transformer continues with the task mix, then new LoRAs, beside the video decoder alone. Stage 15's VAE
 #            replaces the shipped one only if its round trip (tracker shape on 24 training + 24 held-out clips)
 #            reaches ADOPT_AT of 48 (default 29; the shipped VAE: 25); otherwise the latents stay as shipped.
+#   stage 22: stage 19 from the tracked model folder alone (after run 10 shipped): the shipped transformer continues
+#            with the task mix on the shipped latents, new LoRAs, the decoder alone beside it; CK = out/ckl as above.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -101,10 +103,17 @@ TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
 CK=${CK:-out/run3}
 if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" != 14 ] && [ "$stage" != 15 ] && [ "$stage" != 16 ] && [ "$stage" != 17 ] \
-   && [ "$stage" != 20 ] && [ "$stage" != 21 ]; then
+   && [ "$stage" != 20 ] && [ "$stage" != 21 ] && [ "$stage" != 22 ]; then
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
+# CK of stages 20-22 in folder $1: the weights of the tracked model folder, text.tar and tasks.pt from the carried CK.
+# /tmp/ck and /tmp/text (a warm machine's copies from an earlier call) go, so the next stage copies this CK.
+tracked_ck() {
+  rm -rf "$1" /tmp/ck /tmp/text
+  python3 -m train.checkpoint_from_model --model "${MODEL:-assets/nano}" --out "$1" --no-text
+  cp "$CK/text.tar" "$CK/tasks.pt" "$1/"
+}
 # The transformer continues, then new turbo LoRAs and the live checks, inside one call: continue_dit LR BUDGET [flags]
 continue_dit() {
   timeout 585 python3 -m train.train_nano "${common[@]}" --resume /tmp/ck --phases dit,lora --audio-weight 1.0 \
@@ -263,9 +272,7 @@ case $stage in
     [ -f "$CK/tasks.pt" ] || { echo "no $CK/tasks.pt: checkpoint_from_model --tasks builds it"; exit 1; }
     bash "$0" 13 --task-mix fl2va=0.3,ref2va=0.1 --task-table "$CK/tasks.pt" --num-clips 1600 "$@" ;;
   20)
-    base=/tmp/ck20
-    python3 -m train.checkpoint_from_model --model "${MODEL:-assets/nano}" --out "$base" --no-text
-    cp "$CK/text.tar" "$CK/tasks.pt" "$base/"
+    base=/tmp/ck20; tracked_ck "$base"
     mkdir -p /tmp/o15 /tmp/o18
     CK=$base OUT=/tmp/o15 bash "$0" 15 --budget 490 --vae-seconds 380 > /tmp/s15.log 2>&1 &
     CK=$base OUT=/tmp/o18 bash "$0" 18 --budget 510 "$@" > /tmp/s18.log 2>&1 &
@@ -278,11 +285,13 @@ case $stage in
     mkdir -p out/warm; rm -rf out/warm/v15 out/warm/t18; cp -r /tmp/o15 out/warm/v15; cp -r /tmp/o18 out/warm/t18
     cp /tmp/o18/transformer.safetensors /tmp/o18/train_log.json /tmp/o18/stdout.log "$OUT/"
     cp /tmp/s15.log "$OUT/"; tar cf "$OUT/vae.tar" -C /tmp o15 ;;
+  22)
+    base=/tmp/ck22; tracked_ck "$base"
+    CK=$base bash "$0" 19 "$@" ;;
   21)
     [ -f out/warm/t18/transformer.safetensors ] || { echo "no out/warm/t18: this machine did not run stage 20"; exit 3; }
-    base=/tmp/ck21; rm -rf "$base" /tmp/ck /tmp/text
-    python3 -m train.checkpoint_from_model --model "${MODEL:-assets/nano}" --out "$base" --no-text
-    cp "$CK/text.tar" "$CK/tasks.pt" out/warm/t18/transformer.safetensors "$base/"
+    base=/tmp/ck21; tracked_ck "$base"
+    cp out/warm/t18/transformer.safetensors "$base/"
     ADOPT_AT=${ADOPT_AT:-29} python3 - "$base" <<'PY'
 import json, os, shutil, sys
 base, new = sys.argv[1], "out/warm/v15"
