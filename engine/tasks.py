@@ -13,8 +13,8 @@ one-block pipeline over the engine's components, so the conditioning is the pipe
 engine does itself is what its tiers need: the noise of the conditioning rows is drawn in `stages.prepare_noise`
 (first, one draw per condition, as the pipeline does) and the denoise loop steps only the generated rows.
 
-The embedded nano was trained for t2va only: it runs both tasks through the same arithmetic, but it has never
-been taught to follow a keyframe or a reference, and its transformer stands in for the missing `transformer_ref/`.
+The embedded nano has one transformer, trained for all three tasks (TRAINING.md section 7), which stands in for the
+missing `transformer_ref/`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """fl2va and ref2va (issue 21): off-identity with diffusers' MiniMaxH3ModularPipeline on freshly loaded components,
 every tier on a conditioned request, the layout the tiers see, input validation and the CLI's options.
 
-The nano was trained for t2va only: these tests check arithmetic (the engine's conditioning is the pipeline's),
-never that the nano follows an image.
+These tests check arithmetic (the engine's conditioning is the pipeline's), never that the nano follows an image:
+`train.verify_nano --checks fl2va,ref2va` measures that (TRAINING.md section 7).
 """
 
 from __future__ import annotations

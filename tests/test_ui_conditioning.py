@@ -67,7 +67,7 @@ def test_first_frame_pair_from_generate_to_compare(tmp_path, studio_url):
         page.wait_for_selector(f"#h3-compare-header .h3-panel:has-text('{pair_id}')")
         page.wait_for_selector("#h3-conditioning img")
         page.wait_for_selector("#h3-conditioning-note:has-text('fl2va')")
-        assert "trained for text-to-video only" in text_of(page, "#h3-conditioning-note")
+        assert "trained for these tasks" in text_of(page, "#h3-conditioning-note")
         # keyframe + (frame, difference) for the baseline and the accelerated clip
         assert page.locator("#h3-conditioning img").count() == 5
         shot(page, "cond_03_compare")
