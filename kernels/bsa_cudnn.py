@@ -90,6 +90,27 @@ def _block_sizes_on(lay: PeerLayout, device: torch.device) -> torch.Tensor:
     return block_sizes(lay).to(device)
 
 
+_LISTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # the last call's shape -> its (counts, index) buffers
+
+
+def block_lists_reused(tile_indices: torch.Tensor, lay: PeerLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """`block_lists(tile_indices, lay)`, its buffers kept between calls of one shape. Only the selected tiles change
+    from call to call: the counts, the sink query blocks' lists (every key block) and the video query blocks' sink
+    blocks do not, so a call writes B·H·n·k ids instead of filling B·H·nb² (592 MB at 104,016 rows: 3.8 ms a call on
+    the H200, 2026-12-04). One shape is kept (a request runs one); a new shape builds afresh. The buffers are
+    rewritten in stream order, after the previous call's kernel has read them."""
+    B, H, _, k = tile_indices.shape
+    key = (lay, B, H, k, tile_indices.device)
+    if key not in _LISTS:
+        _LISTS.clear()
+        _LISTS[key] = block_lists(tile_indices, lay)
+        return _LISTS[key]
+    counts, index = _LISTS[key]
+    ns = lay.n_sink_blocks
+    index[:, :, ns:, ns:ns + k] = torch.sort(tile_indices, dim=-1).values.int() + ns
+    return counts, index
+
+
 def cudnn_block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, tile_indices: torch.Tensor,
                                  tile: int = CUDNN_BSA_TILE) -> torch.Tensor:
     """Block-sparse attention through cudnn.BSA. q, k, v `[B, S, H, D]` -> out `[B, S, H, D]` (q's dtype).
@@ -102,7 +123,7 @@ def cudnn_block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, t
     out = q.new_empty(q.shape)
     if lay.n_blocks == 0:  # no valid row: nothing to attend to
         return out.zero_()
-    counts, index = block_lists(tile_indices.to(q.device), lay)
+    counts, index = block_lists_reused(tile_indices.to(q.device), lay)
     sizes = _block_sizes_on(lay, q.device)
     qp, kp, vp = (to_peer(t, lay) for t in (q, k, v))
     o = BSA.block_sparse_attention_forward(qp, kp, vp, index, block_sizes=sizes, q2k_block_nums=counts,

@@ -337,3 +337,18 @@ def test_cudnn_backend_on_the_gpu():
     assert (theirs.float() - ref).abs().max() < 2e-2
     assert (theirs.float() - ours.float()).abs().max() < 2e-2
     assert (theirs[:, valid_len:] == 0).all()
+
+
+def test_reused_block_lists_equal_fresh_ones():
+    """The cuDNN backend's kept buffers hold, call after call, exactly what block_lists builds afresh: new
+    selections on one layout, then another layout, then the first again."""
+    from kernels.peer_layout import block_lists, peer_layout
+
+    g = torch.Generator().manual_seed(3)
+    for video_start, valid_len in ((100, 1000), (100, 1000), (64, 700), (100, 1000)):
+        lay = peer_layout(video_start, valid_len, 64)
+        for _ in range(2):
+            n = lay.n_video_tiles
+            ti = torch.stack([torch.randperm(n, generator=g)[:4] for _ in range(2 * 3 * n)]).view(2, 3, n, 4)
+            got, want = bsa_cudnn.block_lists_reused(ti, lay), block_lists(ti, lay)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
