@@ -223,7 +223,7 @@ class TaskPool:
     (BatchLayout, generated video rows first), the clean conditioning rows (zero-padded), and each sample's clip as an
     index into the latent dataset: its index in the table, whose clips are the dataset's first rows."""
 
-    def __init__(self, task: str, table: dict, vae, device):
+    def __init__(self, task: str, table: dict, vae, device, encode_chunk: int = 64):
         from engine.layout import Canvas, ModelGeometry
 
         self.task = task
@@ -236,7 +236,7 @@ class TaskPool:
         encoded = {}
         for size in {images[i][k].shape for i, k in flat}:  # one batched encode per image size
             keys = [(i, k) for i, k in flat if images[i][k].shape == size]
-            encoded.update(zip(keys, condition_latents_batched(vae, [images[i][k] for i, k in keys])))
+            encoded.update(zip(keys, condition_latents_batched(vae, [images[i][k] for i, k in keys], encode_chunk)))
         layouts, embeds, conds = [], [], []
         for i in picked:
             sample = table["samples"][i]
