@@ -221,7 +221,8 @@ def condition_rows(latents: list[torch.Tensor], patch) -> torch.Tensor:
 class TaskPool:
     """One task's samples on the device: presentation embeddings and packed layouts padded to the task's longest
     (BatchLayout, generated video rows first), the clean conditioning rows (zero-padded), and each sample's clip as an
-    index into the latent dataset: its index in the table, whose clips are the dataset's first rows."""
+    index into the latent dataset: its index in the table, whose clips are the dataset's first rows. `encode_chunk`:
+    images per VAE-encoder pass (1 reproduces the engine's one-image encode bit for bit)."""
 
     def __init__(self, task: str, table: dict, vae, device, encode_chunk: int = 64):
         from engine.layout import Canvas, ModelGeometry
