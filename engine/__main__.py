@@ -168,6 +168,7 @@ def _memory(args) -> dict:
 
 def _info(args) -> int:
     from engine.components import load_components
+    from engine.interface import sparse_kernel_of
     from engine.labels import model_label
     from engine.layout import token_counts
 
@@ -191,6 +192,7 @@ def _info(args) -> int:
         },
         "parameters": components.parameter_counts(),
         "tokens": {str(seconds): token_counts(geometry, seconds) for seconds in (5.0, 10.0, 14.375)},
+        "sparse_attention_kernel": sparse_kernel_of(components),  # reference (CPU), triton or cudnn
         "memory": _memory(args),
     }, indent=2, default=str))
     return 0
