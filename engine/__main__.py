@@ -11,6 +11,7 @@ import os
 import sys
 
 from engine.errors import ModelLoadError, RequestError
+from kernels.errors import BackendNameError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -218,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except ModelLoadError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except BackendNameError as error:  # a bad $H3_SPARSE_BACKEND, found when the engine plans its kernels
         print(f"error: {error}", file=sys.stderr)
         return 2
 

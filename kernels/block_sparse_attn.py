@@ -30,6 +30,7 @@ import torch
 from . import tile_select
 from ._common import HAS_TRITON, KernelUnavailable, jit_cache_size, tl, triton
 from .bsa_cudnn import cudnn_block_sparse_attention, cudnn_bsa_unavailable
+from .errors import BackendNameError
 from .tile_select import (
     check_layout,
     num_video_tiles,
@@ -372,7 +373,7 @@ def resolve_backend(backend: str | None = None) -> str:
         env = os.environ.get(BACKEND_ENV, "").strip()
         backend, source = (env, BACKEND_ENV) if env else (DEFAULT_BACKEND, "DEFAULT_BACKEND")
     if backend not in BACKENDS:
-        raise ValueError(f"block_sparse_attention: {source} {backend!r} is not one of {', '.join(BACKENDS)}")
+        raise BackendNameError(f"block_sparse_attention: {source} {backend!r} is not one of {', '.join(BACKENDS)}")
     return backend
 
 
@@ -407,10 +408,10 @@ def planned_backend(device, dtype: torch.dtype, head_dim: int, tile: int = 64, b
     """What `block_sparse_attention` runs on tensors of this device, dtype and head dim: "reference" (CPU),
     "triton" or "cudnn", with "auto" resolved as a call resolves it. The engine records "cudnn" in the configuration
     of the sparse tiers it serves: the two kernels' outputs differ (by one bf16 step at most, measured)."""
+    backend = resolve_backend(backend)  # a bad $H3_SPARSE_BACKEND fails here, when the engine loads, on CPU too
     probe = torch.empty(1, 1, 1, head_dim, device=device, dtype=dtype)
     if not triton_path(probe):
         return "reference"
-    backend = resolve_backend(backend)
     if backend == "auto":
         return "cudnn" if cudnn_bsa_unavailable(probe, tile) is None else "triton"
     return backend

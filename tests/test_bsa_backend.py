@@ -232,6 +232,9 @@ def test_planned_backend(gpu_path, monkeypatch):
     assert bsa.planned_backend("cpu", torch.bfloat16, 128, backend="cudnn") == "cudnn"
     monkeypatch.setattr(bsa, "triton_path", lambda x: False)
     assert bsa.planned_backend("cpu", torch.bfloat16, 128) == "reference"
+    monkeypatch.setenv(bsa.BACKEND_ENV, "flash")  # refused at load even where the reference runs
+    with pytest.raises(ValueError, match="H3_SPARSE_BACKEND 'flash' is not one of triton, cudnn, auto"):
+        bsa.planned_backend("cpu", torch.bfloat16, 128)
 
 
 def test_a_cudnn_served_sparse_tier_is_its_own_configuration():
@@ -352,3 +355,13 @@ def test_reused_block_lists_equal_fresh_ones():
             ti = torch.stack([torch.randperm(n, generator=g)[:4] for _ in range(2 * 3 * n)]).view(2, 3, n, 4)
             got, want = bsa_cudnn.block_lists_reused(ti, lay), block_lists(ti, lay)
             assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_cli_refuses_a_bad_backend_name(monkeypatch, capsys):
+    """A typo in $H3_SPARSE_BACKEND is an error naming it, exit 2, not a traceback (found when the engine plans its
+    kernels: at load, on CPU too)."""
+    from engine.__main__ import main
+
+    monkeypatch.setenv(bsa.BACKEND_ENV, "cuDNN")
+    assert main(["info"]) == 2
+    assert "H3_SPARSE_BACKEND 'cuDNN' is not one of triton, cudnn, auto" in capsys.readouterr().err
