@@ -132,8 +132,10 @@ class Engine:
         table = tiers or TierTable.load()
         fp8 = parallel is None and any(tier.fp8 for tier in table.tiers.values())
         # Sequence-parallel ranks keep a LoRA on hooks (FSDP shards are not merged): no undo records to plan for.
+        self.sparse_kernel = sparse_kernel_of(components)
         self.memory = (plan_for(components.path, machine, components.geometry, fp8,
-                                table if parallel is None else None) if machine is not None else None)
+                                table if parallel is None else None, self.sparse_kernel)
+                       if machine is not None else None)
         self._placement_hooks = apply_plan(components, self.memory.plan if self.memory else None)
         self.tiers = table
         self._prompt_embeds: OrderedDict[str, torch.Tensor] = OrderedDict()  # `_encoded`'s cache
@@ -148,7 +150,6 @@ class Engine:
         self.fp8_ready = parallel is None
         if self.fp8_ready and any(tier.fp8 for tier in self.tiers.tiers.values()):
             self._fp8_for(components.transformer)
-        self.sparse_kernel = sparse_kernel_of(components)
 
     @classmethod
     def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None,

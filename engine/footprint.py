@@ -388,7 +388,8 @@ def vae_decode_cost(root: str | Path, latent_hw: tuple[int, int], dtype: torch.d
 
 
 def request_cost(root: str | Path, geometry, duration_seconds: float, text_tokens: int,
-                 aspect_ratio: str = "16:9", short_edge: int | None = None, dtype: torch.dtype = torch.bfloat16):
+                 aspect_ratio: str = "16:9", short_edge: int | None = None, dtype: torch.dtype = torch.bfloat16,
+                 sparse_kernel: str | None = None):
     """The activation estimate of one request (computed), as `engine.memory.RequestCost`.
 
     - denoise: the transformer forward at the packed length (`transformer_row_cost`) plus the loop's float32
@@ -396,7 +397,10 @@ def request_cost(root: str | Path, geometry, duration_seconds: float, text_token
     - exchange: Ulysses' q/k/v all-to-all, sent and received (2 · 3 · rows · heads · head_dim values);
     - encode: the conditioner keeps every hidden state up to the one read ((layers + 1) · tokens · width) plus one
       layer's MLP (3 · tokens · intermediate);
-    - decode: the video VAE (`vae_decode_cost`) plus the engine's float32 copies of the frames (2 · 3 · pixels).
+    - decode: the video VAE (`vae_decode_cost`) plus the engine's float32 copies of the frames (2 · 3 · pixels);
+    - `sparse_kernel` "cudnn" (kernels/bsa_cudnn.py) adds to denoise what its call holds beside ours: q, k, v and
+      the output in the peer layout plus the output copied back (5 · rows · heads · head_dim), and its kept block
+      lists (int32, heads · (rows / 64)² per head, rows / 64 blocks).
     """
     from engine.conditioner import conditioner_config
     from engine.layout import token_counts
@@ -416,9 +420,13 @@ def request_cost(root: str | Path, geometry, duration_seconds: float, text_token
     # The decode fit is taken at the model's 16:9 canvas and applied per pixel to every aspect (same area cap).
     fit_canvas = token_counts(geometry, duration_seconds, "16:9", short_edge, 0)
     latent_hw = (fit_canvas["height"] // geometry.spatial_ratio, fit_canvas["width"] // geometry.spatial_ratio)
+    cudnn = 0
+    if sparse_kernel == "cudnn":
+        blocks = math.ceil(rows / 64) + 1  # the peer layout pads the sink and the last tile: one block more at most
+        cudnn = 5 * rows * inner * size + transformer["num_attention_heads"] * blocks * blocks * 4
     return RequestCost(
         label=f"{duration_seconds:g} s", rows=rows, encode=encode,
-        denoise=transformer_row_cost(root, dtype).at(rows) + loop,
+        denoise=transformer_row_cost(root, dtype).at(rows) + loop + cudnn,
         decode=vae_decode_cost(root, latent_hw, dtype).at(pixels) + 2 * 3 * pixels * 4,
         exchange=2 * 3 * rows * inner * size,
     )

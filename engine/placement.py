@@ -54,12 +54,14 @@ class MemoryGuard:
     root: Path
     geometry: object  # engine.layout.ModelGeometry
     merges: dict = field(default_factory=dict)  # tier name -> engine.footprint.MergeCost (tiers merging a LoRA)
+    sparse_kernel: str | None = None  # "cudnn": its call's extra copies count (engine.footprint.request_cost)
 
     def cost(self, duration_seconds: float, text_tokens: int, aspect_ratio: str = "16:9",
              short_edge: int | None = None, tier: str | None = None) -> RequestCost:
         from engine.footprint import request_cost
 
-        cost = request_cost(self.root, self.geometry, duration_seconds, text_tokens, aspect_ratio, short_edge)
+        cost = request_cost(self.root, self.geometry, duration_seconds, text_tokens, aspect_ratio, short_edge,
+                            sparse_kernel=self.sparse_kernel)
         return with_merge(cost, tier, self.merges.get(tier))
 
     def check(self, request, tokenizer) -> None:
@@ -113,22 +115,25 @@ def merge_costs(root: str | Path, tiers, dtype: torch.dtype = torch.bfloat16) ->
     return {name: merge_cost(root, tier.lora.resolved(), dtype, transformer) for name, tier in merging.items()}
 
 
-def plan_for(root: str | Path, machine: Machine, geometry, fp8: bool = False, tiers=None) -> MemoryGuard:
+def plan_for(root: str | Path, machine: Machine, geometry, fp8: bool = False, tiers=None,
+             sparse_kernel: str | None = None) -> MemoryGuard:
     """Plan the checkpoint at `root` (configs only) for `machine`, holding the longest request; `fp8`: the engine
     keeps fp8 copies of the block linears (its tier table has fp8 tiers); `tiers` (engine.tiers.TierTable, for a
     single-process engine: sequence-parallel workers keep their LoRA on hooks): the tiers that merge a LoRA per
-    request add its undo records, and the longest request is held for the one that needs the most."""
+    request add its undo records, and the longest request is held for the one that needs the most; `sparse_kernel`
+    "cudnn": the sparse tiers' cuDNN call holds copies ours does not (counted on every request: a plan per tier
+    would refuse the same request on one tier and not another for want of 6 GB at 14.375 s)."""
     from engine.footprint import component_sizes, request_cost
 
     sizes = Sizes.of(component_sizes(root), fp8=fp8)
     merges = merge_costs(root, tiers) if tiers is not None else {}
-    longest = request_cost(root, geometry, LONGEST_SECONDS, PLAN_TEXT_TOKENS)
+    longest = request_cost(root, geometry, LONGEST_SECONDS, PLAN_TEXT_TOKENS, sparse_kernel=sparse_kernel)
     allowed = {name: merge for name, merge in merges.items()
                if tiers.get(name).min_duration <= LONGEST_SECONDS <= tiers.get(name).max_duration}
     if allowed:
         name = max(allowed, key=lambda n: allowed[n].undo + allowed[n].workspace)
         longest = with_merge(longest, name, allowed[name])
-    return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry, merges)
+    return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry, merges, sparse_kernel)
 
 
 def apply_plan(components, plan: MemoryPlan | None) -> list:

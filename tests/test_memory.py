@@ -34,6 +34,19 @@ def test_sizes_come_from_the_real_configs(released):
     assert sizes.transformer_unit * 50 < sizes.transformer
 
 
+def test_the_cudnn_sparse_kernel_counts_its_copies_and_block_lists():
+    """cuDNN's block-sparse call holds q, k, v and the output in the peer layout and the output copied back (5 x
+    rows x 56 heads x 128 x bf16) and its block lists (56 x blocks^2 int32): about 8 GB at 14.375 s, only there."""
+    geometry = geometry_of(RELEASED, DEFAULT_PIPELINE_CONFIG)
+    ours = request_cost(RELEASED, geometry, 14.375, text_tokens=512)
+    cudnn = request_cost(RELEASED, geometry, 14.375, text_tokens=512, sparse_kernel="cudnn")
+    blocks = -(-ours.rows // 64) + 1
+    assert cudnn.denoise - ours.denoise == 5 * ours.rows * 56 * 128 * 2 + 56 * blocks * blocks * 4
+    assert 7.5 * GiB < cudnn.denoise - ours.denoise < 7.7 * GiB
+    assert (cudnn.encode, cudnn.decode, cudnn.exchange) == (ours.encode, ours.decode, ours.exchange)
+    assert request_cost(RELEASED, geometry, 14.375, text_tokens=512, sparse_kernel="triton") == ours
+
+
 def test_the_14s_request_is_104k_rows_and_costs_more_than_5s(released):
     _, costs = released
     long, short = costs[14.375], costs[5.0]
