@@ -320,7 +320,7 @@ def run_engine(q, k, v, ti, lay, ours, keep, flops, record, failed, err) -> None
         failed("peer_conversion", label, lay.length, exc)
     label = "peer block lists (block_lists)"
     try:
-        ms = timed(lambda: block_lists(ti, lay))  # per call in the cudnn backend (block_sizes is cached there)
+        ms = timed(lambda: block_lists(ti, lay))  # what a fresh build costs (the cudnn backend now keeps the buffers)
         record(label, lay.length, ms, None, index_bytes=4 * ti.shape[0] * ti.shape[1] * lay.n_blocks ** 2)
     except Exception as exc:  # noqa: BLE001
         failed("peer_block_lists", label, lay.length, exc)

@@ -51,8 +51,8 @@ CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 swe
 # Backends of `block_sparse_attention` on the GPU path (issue 17 item 2). "triton": our kernel; "cudnn": NVIDIA's
 # cuDNN frontend block-sparse attention through the peer layout (kernels/bsa_cudnn.py); "auto" (the default): cudnn
 # where `cudnn_bsa_unavailable` finds nothing against it, else triton, and triton if cudnn fails at run time. Measured
-# on the H200 (2026-12-04, bench/results/peers_2026-12-04_engine.json), this entry point with keep 0.1, selection
-# and the layout copies included: cudnn 11.76 ms against triton 12.78 at 37,760 rows, 88.1 against 102.8 at
+# on the H200 (2026-12-04, bench/results/peers_2026-12-04_engine.json), this entry point with keep 0.1, one given
+# selection, the layout copies included: cudnn 11.76 ms against triton 12.78 at 37,760 rows, 88.1 against 102.8 at
 # 104,016, the same error against an fp32 reference. H3_SPARSE_BACKEND overrides the default for a whole process,
 # an explicit `backend=` argument overrides both.
 BACKENDS = ("triton", "cudnn", "auto")
