@@ -215,13 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"generate": _generate, "info": _info, "tiers": _tiers}[args.command]
     try:
         return handler(args)
-    except RequestError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except ModelLoadError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except BackendNameError as error:  # a bad $H3_SPARSE_BACKEND, found when the engine plans its kernels
+    except (RequestError, ModelLoadError, BackendNameError) as error:  # BackendNameError: a bad $H3_SPARSE_BACKEND
         print(f"error: {error}", file=sys.stderr)
         return 2
 

@@ -21,7 +21,6 @@ module never falls back on its own.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -84,31 +83,26 @@ def cudnn_bsa_unavailable(q, tile: int = CUDNN_BSA_TILE) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=16)
-def _block_sizes_on(lay: PeerLayout, device: torch.device) -> torch.Tensor:
-    """`block_sizes(lay)` on `device`, made once per layout (one layout per prompt bucket and length)."""
-    return block_sizes(lay).to(device)
+_LISTS: dict[tuple, tuple[torch.Tensor, ...]] = {}  # the last call's shape -> its (counts, index, block sizes)
 
 
-_LISTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # the last call's shape -> its (counts, index) buffers
-
-
-def block_lists_reused(tile_indices: torch.Tensor, lay: PeerLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """`block_lists(tile_indices, lay)`, its buffers kept between calls of one shape. Only the selected tiles change
-    from call to call: the counts, the sink query blocks' lists (every key block) and the video query blocks' sink
-    blocks do not, so a call writes B·H·n·k ids instead of filling B·H·nb² (592 MB at 104,016 rows: 3.8 ms a call on
-    the H200, 2026-12-04). One shape is kept (a request runs one); a new shape builds afresh. The buffers are
-    rewritten in stream order, after the previous call's kernel has read them."""
+def block_lists_reused(tile_indices: torch.Tensor, lay: PeerLayout) -> tuple[torch.Tensor, ...]:
+    """`block_lists(tile_indices, lay)` and `block_sizes(lay)` on the selection's device, their buffers kept between
+    calls of one shape. Only the selected tiles change from call to call: the counts, the block sizes, the sink query
+    blocks' lists (every key block) and the video query blocks' sink blocks do not, so a call writes B·H·n·k ids
+    instead of filling B·H·nb² (592 MB at 104,016 rows: 3.8 ms a call on the H200, 2026-12-04). One shape is kept (a
+    request runs one); a new shape builds afresh. The buffers are rewritten in stream order, after the previous
+    call's kernel has read them."""
     B, H, _, k = tile_indices.shape
     key = (lay, B, H, k, tile_indices.device)
     if key not in _LISTS:
         _LISTS.clear()
-        _LISTS[key] = block_lists(tile_indices, lay)
+        _LISTS[key] = (*block_lists(tile_indices, lay), block_sizes(lay).to(tile_indices.device))
         return _LISTS[key]
-    counts, index = _LISTS[key]
+    counts, index, sizes = _LISTS[key]
     ns = lay.n_sink_blocks
     index[:, :, ns:, ns:ns + k] = torch.sort(tile_indices, dim=-1).values.int() + ns
-    return counts, index
+    return counts, index, sizes
 
 
 def cudnn_block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, tile_indices: torch.Tensor,
@@ -123,8 +117,7 @@ def cudnn_block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, t
     out = q.new_empty(q.shape)
     if lay.n_blocks == 0:  # no valid row: nothing to attend to
         return out.zero_()
-    counts, index = block_lists_reused(tile_indices.to(q.device), lay)
-    sizes = _block_sizes_on(lay, q.device)
+    counts, index, sizes = block_lists_reused(tile_indices.to(q.device), lay)
     qp, kp, vp = (to_peer(t, lay) for t in (q, k, v))
     o = BSA.block_sparse_attention_forward(qp, kp, vp, index, block_sizes=sizes, q2k_block_nums=counts,
                                            sparse_block_size=tile, layout="bshd",

@@ -234,7 +234,7 @@ def reference_forward(model, video, audio, text, t_video: float, t_audio: float)
 
     position_ids, tags, video_idx, audio_idx, text_idx = single_layout(text.shape[1])
     unique_t, t_indices = MiniMaxH3SetTimestepsStep.build_row_timesteps(
-        video_idx, audio_idx, 0, 0, text.shape[1], t_video, t_audio, max(t_video, 0.999), 1.0)
+        video_idx, audio_idx, 0, 0, text.shape[1], t_video, t_audio, max(t_video, KEYFRAME_NOISE_AUG), 1.0)
     return model(hidden_states=video, audio_hidden_states=audio, encoder_hidden_states=text, timestep=unique_t,
                  timestep_indices=t_indices, token_tags=tags, position_ids=position_ids.double(),
                  video_indices=video_idx, audio_indices=audio_idx, text_indices=text_idx, return_dict=False)

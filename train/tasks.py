@@ -52,6 +52,7 @@ from train.dataset import (
     subject_free_caption,
 )
 from train.flow import LATENT_FRAMES, LATENT_H, LATENT_W, NUM_AUDIO_LATENTS, NUM_VIDEO_ROWS, pad_layouts
+from train.run import PIXEL_MEAN, PIXEL_STD  # the pipeline's pixel_mean / pixel_std (tests check)
 
 TASKS = ("fl2va", "ref2va")
 TABLE_SEED = configs.SEED + 21
@@ -60,8 +61,6 @@ ANCHOR_PLAN = ((("first",), 0.65), (("first", "last"), 0.25), (("last",), 0.10))
 ANCHOR_FRAMES = {"first": 0, "last": NUM_FRAMES - 1}
 REFERENCE_SIZE = 352  # the nano's reference_image_short_edge (engine/components.py): the setup step does not resize
 ENCODE_SEED = 42  # MiniMaxH3ModularPipeline.keyframe_encode_seed
-PIXEL_MEAN = (0.485, 0.456, 0.406)  # MiniMaxH3ModularPipeline.pixel_mean / pixel_std
-PIXEL_STD = (0.229, 0.224, 0.225)
 REQUEST = {"seed": 42, "duration_seconds": 5.0, "aspect_ratio": "16:9", "short_edge": 128}
 
 

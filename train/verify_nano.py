@@ -462,8 +462,18 @@ def first_frames_match(frames: np.ndarray, keyframe: np.ndarray, centre: tuple[f
             "ssim_frame0": round(ssim(frames[:1], keyframe[None]), 4),
             "ssim_frame0_subject": round(ssim(frames[:1, crop[0], crop[1]], keyframe[None, crop[0], crop[1]]), 4),
             "ssim_frames0_4": round(ssim(frames[:5], np.repeat(keyframe[None], 5, axis=0)), 4),
-            "colour_ok": tr.colour == spec.colour, "shape_ok": tr.shape == spec.shape,
+            **spec_match(tr, spec)}
+
+
+def spec_match(tr, spec) -> dict:
+    """A track's colour, shape and motion against a clip spec's (`tally` counts them over prompts)."""
+    return {"colour_ok": tr.colour == spec.colour, "shape_ok": tr.shape == spec.shape,
             "motion_ok": tr.motion == spec.motion, "tracked": [tr.colour, tr.shape, tr.motion]}
+
+
+def tally(arm: list[dict]) -> dict:
+    """{"colour": "k/n", "shape": ..., "motion": ...} over one arm's `spec_match` rows."""
+    return {key: f"{sum(a[f'{key}_ok'] for a in arm)}/{len(arm)}" for key in ("colour", "shape", "motion")}
 
 
 def check_fl2va(clips: Clips, count: int, strips: Path | None = None) -> dict:
@@ -493,8 +503,7 @@ def check_fl2va(clips: Clips, count: int, strips: Path | None = None) -> dict:
                          "mean_ssim_frame0": round(float(np.mean([a["ssim_frame0"] for a in arm])), 4),
                          "mean_ssim_frame0_subject": round(float(np.mean([a["ssim_frame0_subject"] for a in arm])), 4),
                          "mean_ssim_frames0_4": round(float(np.mean([a["ssim_frames0_4"] for a in arm])), 4),
-                         **{key: f"{sum(a[f'{key}_ok'] for a in arm)}/{len(arm)}"
-                            for key in ("colour", "shape", "motion")}}
+                         **tally(arm)}
     within = sum(r["fl2va"]["within"] for r in rows) / len(rows)
     colour = sum(r["fl2va"]["colour_ok"] for r in rows) / len(rows)
     return {"prompts": len(rows), "within_px": FL2VA_WITHIN_PX, "seed": SEED, "keyframe_seed": FL2VA_SEED,
@@ -524,9 +533,7 @@ def ref2va_references(count: int) -> list[tuple]:
 def subject_match(frames: np.ndarray, spec) -> dict:
     """The tracked subject of a clip against a spec's colour, shape and motion, and whether a subject was found."""
     tr = track(frames)
-    return {"colour_ok": tr.colour == spec.colour, "shape_ok": tr.shape == spec.shape,
-            "motion_ok": tr.motion == spec.motion, "found": tr.colour is not None, "found_frames": round(tr.found, 3),
-            "tracked": [tr.colour, tr.shape, tr.motion]}
+    return {**spec_match(tr, spec), "found": tr.colour is not None, "found_frames": round(tr.found, 3)}
 
 
 def check_ref2va(clips: Clips, count: int, named: bool = True, strips: Path | None = None) -> dict:
@@ -567,7 +574,7 @@ def check_ref2va(clips: Clips, count: int, named: bool = True, strips: Path | No
     summary = {}
     for name in arms:
         arm = [r[name] for r in rows]
-        summary[name] = {key: f"{sum(a[f'{key}_ok'] for a in arm)}/{len(arm)}" for key in ("colour", "shape", "motion")}
+        summary[name] = tally(arm)
         summary[name]["found"] = f"{sum(a['found'] for a in arm)}/{len(arm)}"
         summary[name]["tracked_colours"] = dict(sorted(Counter(str(a["tracked"][0]) for a in arm).items()))
     colour = {name: sum(r[name]["colour_ok"] for r in rows) / len(rows) for name in ("ref2va", "t2va")}
