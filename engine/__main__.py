@@ -1,6 +1,8 @@
 """Command line: `python -m engine generate|info|tiers`.
 
 Bad input exits 2 with one line on stderr starting with "error:"; a broken checkpoint exits 2 listing its problems.
+`generate` reports its progress on stderr (the model load, notes on the prompt, each denoising step with the time
+left, the decode) and prints one JSON line on stdout at the end; `--quiet` keeps stderr to errors.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from engine.errors import ModelLoadError, RequestError
 from kernels.errors import BackendNameError
@@ -40,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="fl2va: image the video ends on; after --first-frame it is cover-cropped")
     generate.add_argument("--reference", metavar="FILE", action="append", default=None,
                           help="ref2va: a reference image (repeat for up to 9, in the order the prompt names them)")
+    generate.add_argument("--quiet", action="store_true", help="no progress on stderr (errors only)")
 
     info = commands.add_parser("info", help="print the model config, parameter counts, token counts and memory plan")
     info.add_argument("--model", default=None)
@@ -119,6 +123,28 @@ def _generate(args) -> int:
         raise _option_error(error, args) from None
 
 
+class Progress:
+    """Progress lines on stderr: what runs now, each denoising step with the time left (at most one line per
+    `every_s` seconds, and always the last step), so a long clip is never a silent wait."""
+
+    def __init__(self, quiet: bool = False, every_s: float = 2.0):
+        self.quiet, self.every_s, self.start, self._last = quiet, every_s, time.perf_counter(), float("-inf")
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(f"[{time.perf_counter() - self.start:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+    def step(self, event) -> None:
+        now, done = time.perf_counter(), event.index + 1
+        if done < event.total and now - self._last < self.every_s:
+            return
+        self._last = now
+        left = event.elapsed_s / done * (event.total - done)
+        hit = " (cache hit)" if event.info.get("cache") == "hit" else ""
+        self.say(f"denoise step {done}/{event.total}, {event.step_s:.2f} s{hit}; about {left:.0f} s left"
+                 if done < event.total else f"denoised {event.total} steps in {event.elapsed_s:.1f} s; decoding")
+
+
 def _generate_clip(args) -> int:
     from engine.tiers import TierTable
 
@@ -126,19 +152,34 @@ def _generate_clip(args) -> int:
         raise RequestError("out", f"must end in .mp4, got {args.out!r}")
     # Refuse bad input before paying for a model load; the engine validates again against its own limits.
     TierTable.load(args.tiers_file).validate(_payload(args))
+    if args.ulysses < 1:
+        raise RequestError("ulysses", f"must be ≥ 1 (1 = in-process), got {args.ulysses}")
+    progress = Progress(args.quiet)
+    progress.say(f"loading {args.model or 'the embedded h3-nano'}"
+                 + (f" on {args.ulysses} processes" if args.ulysses != 1 else ""))
     if args.ulysses != 1:
-        from engine.parallel import generate_parallel  # the workers import diffusers; this process need not
+        from engine.parallel import ParallelEngine  # the workers import diffusers; this process need not
 
-        clip = generate_parallel(args.model, args.tiers_file, _payload(args), args.ulysses)
+        with ParallelEngine(args.model, args.tiers_file, world=args.ulysses) as engine:
+            clip = _run(engine, args, progress)
     else:
         from engine.engine import Engine
 
-        engine = Engine.load(args.model, args.tiers_file, args.device)
-        clip = engine.generate(_payload(args))
+        clip = _run(Engine.load(args.model, args.tiers_file, args.device), args, progress)
     mp4_path, json_path = clip.save(args.out)
+    progress.say(f"wrote {mp4_path}")
     print(json.dumps({"mp4": str(mp4_path), "sidecar": str(json_path), "tier": clip.tier, "task": clip.task,
                       "timings": clip.timings, "tokens": clip.tokens}))
     return 0
+
+
+def _run(engine, args, progress: Progress):
+    """One clip from a loaded engine, saying first what the model will not understand in the prompt."""
+    progress.say(f"model {engine.model_name} loaded; generating ({args.tier})")
+    guide = engine.prompt_guide
+    for note in guide.check(args.prompt).notes() if guide else []:
+        progress.say(f"note: {note}")
+    return engine.generate(_payload(args), on_step=progress.step)
 
 
 def _memory(args) -> dict:

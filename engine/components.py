@@ -16,6 +16,7 @@ import torch
 
 from engine.errors import ModelLoadError, RequestError
 from engine.layout import ModelGeometry
+from engine.prompt_guide import PromptGuide
 from engine.tiers import DEFAULT_SPARSE_TILE, check_model_tile
 
 NANO_PATH = Path(__file__).resolve().parent.parent / "assets" / "nano"
@@ -67,6 +68,7 @@ class Components:
     # ref2va's checkpoint partition (`transformer_ref/`); None when the checkpoint has none (see engine/tasks.py)
     transformer_ref: torch.nn.Module | None = None
     processor: object = None  # Qwen3-VL's image processing for keyframes and references, built on first use
+    prompt_guide: PromptGuide | None = None  # the words the model was trained on (engine/prompt_guide.py), if known
 
     @property
     def geometry(self) -> ModelGeometry:
@@ -194,6 +196,7 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
         raise ModelLoadError(str(root), problems)
     studio_file = root / "h3_studio.json"
     studio = json.loads(studio_file.read_text()) if studio_file.is_file() else {}
+    prompt_guide = PromptGuide.load(root, studio.get("name", root.name))  # a broken guide stops here, before weights
     pipeline_config = {**DEFAULT_PIPELINE_CONFIG, **studio.get("pipeline", {})}
     if "sparse_tile" in pipeline_config:  # before any weights load
         try:
@@ -242,4 +245,5 @@ def load_components(path: str | os.PathLike | None = None, device: str | None = 
         device=device_obj,
         dtype=dtype,
         transformer_ref=transformer_ref,
+        prompt_guide=prompt_guide,
     )

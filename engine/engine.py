@@ -34,6 +34,7 @@ from engine.interface import RequestPlan, plan_request, sparse_kernel_of, task_t
 from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
 from engine.media import encode_mp4
 from engine.memory import Machine
+from engine.prompt_guide import PromptGuide
 from engine.request import GenerationRequest, ModelLimits
 from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode_text, frames_to_uint8, prepare_noise
 from engine.tasks import (
@@ -174,6 +175,10 @@ class Engine:
     @property
     def untrained(self) -> bool:
         return self.components.untrained
+
+    @property
+    def prompt_guide(self) -> PromptGuide | None:
+        return self.components.prompt_guide
 
     @property
     def num_blocks(self) -> int:

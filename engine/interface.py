@@ -19,6 +19,7 @@ from engine.tiers import TierPlan, TierTable
 
 if TYPE_CHECKING:
     from engine.layout import ModelGeometry
+    from engine.prompt_guide import PromptGuide
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class ModelEngine(GenerationEngine, Protocol):
 
     @property
     def untrained(self) -> bool: ...
+
+    @property
+    def prompt_guide(self) -> PromptGuide | None:
+        """The words the model was trained on (a model folder's prompt_guide.toml), or None: any text."""
 
 
 def tier_plan(tiers: TierTable, request: GenerationRequest, num_blocks: int, model_tile: int = 64) -> TierPlan:

@@ -39,6 +39,7 @@ from engine.distributed import (
 )
 from engine.errors import GenerationCancelled, ModelLoadError, RequestError
 from engine.interface import RequestPlan, plan_request
+from engine.prompt_guide import PromptGuide
 from engine.request import GenerationRequest, ModelLimits
 from engine.tiers import TierTable
 
@@ -178,6 +179,7 @@ def _summary(engine) -> dict:
     components = engine.components
     return {"name": components.name, "model_id": components.model_id, "path": components.path,
             "untrained": components.untrained, "geometry": components.geometry,
+            "prompt_guide": components.prompt_guide,
             "pipeline_config": components.pipeline_config, "device": str(components.device),
             "num_blocks": len(components.transformer.transformer_blocks), "sparse_kernel": engine.sparse_kernel}
 
@@ -321,6 +323,7 @@ class ComponentsSummary:
     device: str
     num_blocks: int
     sparse_kernel: str  # what rank 0's block-sparse attention runs (its clips' tier configs record "cudnn")
+    prompt_guide: PromptGuide | None = None
 
 
 @dataclass
@@ -372,6 +375,10 @@ class ParallelEngine:
     @property
     def untrained(self) -> bool:
         return self.components.untrained
+
+    @property
+    def prompt_guide(self) -> PromptGuide | None:
+        return self.components.prompt_guide
 
     def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
         request = self.tiers.validate(payload, self.limits)
@@ -553,19 +560,4 @@ class ParallelEngine:
                                   f"and will serve the next request")
 
 
-def generate_parallel(model_path: str | None, tiers_file: str | None, payload: dict, n: int) -> Clip:
-    """CLI entry (`python -m engine generate --ulysses N`): one clip from an N-process group, then shut it down.
-
-    N = 1 keeps the engine in-process.
-    """
-    if n < 1:
-        raise RequestError("ulysses", f"must be ≥ 1, got {n}")
-    if n == 1:
-        from engine.engine import Engine
-
-        return Engine.load(model_path, tiers_file).generate(payload)
-    with ParallelEngine(model_path, tiers_file, world=n) as engine:
-        return engine.generate(payload)
-
-
-__all__ = ["ComponentsSummary", "Fault", "ParallelEngine", "ParallelWorkerError", "generate_parallel"]
+__all__ = ["ComponentsSummary", "Fault", "ParallelEngine", "ParallelWorkerError"]

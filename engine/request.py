@@ -117,7 +117,7 @@ def _ignorable(ch: str) -> bool:
     return any(low <= code <= high for low, high in _IGNORABLE_RANGES)
 
 
-def _validate_prompt(value) -> str:
+def validate_prompt(value) -> str:
     if not isinstance(value, str) or not value.strip():
         raise RequestError("prompt", "must be a non-empty string")
     control = next((ch for ch in value if unicodedata.category(ch) == "Cc" and ch not in "\t\n\r"), None)
@@ -214,7 +214,7 @@ def validate_request(payload: dict, limits: ModelLimits | None = None) -> Genera
     # fl2va without an aspect ratio: the canvas follows the keyframe, as diffusers' MiniMaxH3ResizeStep does.
     aspect = payload.get("aspect_ratio", "auto" if keyframe is not None else "16:9")
     return GenerationRequest(
-        prompt=_validate_prompt(payload["prompt"]),
+        prompt=validate_prompt(payload["prompt"]),
         duration_seconds=validate_duration(payload.get("duration_seconds", limits.default_duration), limits),
         aspect_ratio=_validate_aspect(aspect, keyframe),
         short_edge=_validate_short_edge(payload.get("short_edge", limits.default_short_edge)),

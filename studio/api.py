@@ -32,7 +32,7 @@ from starlette.routing import Match
 
 from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
 from engine.errors import RequestError
-from engine.request import REFUSED_FIELDS
+from engine.request import REFUSED_FIELDS, validate_prompt
 from studio.api_models import (
     ApprovalRuleObject,
     ApprovalRuleWithHistory,
@@ -40,6 +40,7 @@ from studio.api_models import (
     ConfigurationObject,
     PairList,
     PairObject,
+    PromptCheckObject,
     QueueObject,
     RemoteList,
     TierList,
@@ -139,6 +140,13 @@ class VerdictCreate(BaseModel):
     reasons: list[Text] = Field(default_factory=list)
     notes: Text = ""
     change_note: Text | None = Field(None, description="why: required when correcting your earlier verdict")
+
+
+class PromptCheckCreate(BaseModel):
+    """A prompt to check against the loaded model's vocabulary before generating."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    prompt: Text
 
 
 class VerdictWithdraw(BaseModel):
@@ -628,6 +636,17 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
                 response_model=TierList)
     def list_tiers(duration: float | None = None) -> dict[str, Any]:
         return {"object": "list", "data": service.tiers(duration)}
+
+    @router.post("/prompt-check", tags=["videos"], response_model=PromptCheckObject,
+                 summary="What the loaded model will not understand in a prompt (nothing runs)")
+    def prompt_check(body: PromptCheckCreate) -> dict[str, Any]:
+        validate_prompt(body.prompt)  # the same rules as a request's prompt, named "prompt"
+        check = service.prompt_check(body.prompt)
+        examples = service.options()["prompt_examples"]
+        if check is None:
+            return {"object": "prompt_check", "model": service.model_name, "guided": False, "clean": True,
+                    "notes": [], "examples": examples}
+        return {"object": "prompt_check", "guided": True, **check, "examples": examples}
 
     @router.get("/queue", tags=["videos"], summary="The running job and the waiting ones", response_model=QueueObject)
     def queue() -> dict[str, Any]:

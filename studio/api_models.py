@@ -193,6 +193,9 @@ class PairObject(_Body):
     verdicts: list[VerdictObject] = Field(default_factory=list)
     baseline_steps: int | None = None
     speedup_caveat: str | None = None
+    prompt_notes: list[str] = Field(default_factory=list,
+                                    description="what the pair's model does not know in its prompt (unknown words, "
+                                                "content it names none of); empty for a model without a prompt guide")
     baseline_video_id: str | None = None
     candidate_video_id: str | None = None
     baseline_content_url: str | None = None
@@ -261,6 +264,22 @@ class TierRow(_Body):
     lora_weights: str | None = None
     lora_text: str | None = None
     remotes: list[dict[str, Any]] | None = None
+
+
+class PromptCheckObject(_Body):
+    """What the model will not understand in a prompt. `guided` is false for a model without a prompt guide (a real
+    checkpoint takes any text): then nothing is flagged."""
+
+    object: Literal["prompt_check"] = "prompt_check"
+    model: str
+    guided: bool
+    clean: bool = Field(description="no unknown word, and a colour, shape and motion the model knows are named")
+    unknown_words: list[str] = Field(default_factory=list, description="words outside the model's training captions")
+    replacements: dict[str, str] = Field(default_factory=dict, description="a known word for each it can suggest")
+    missing: list[str] = Field(default_factory=list, description='"colour", "shape", "motion": named none of')
+    suggestion: str | None = Field(None, description="the prompt with every unknown word replaced, if each has one")
+    notes: list[str] = Field(default_factory=list)
+    examples: list[str] = Field(default_factory=list, description="prompts the model follows")
 
 
 class TierList(_Body):

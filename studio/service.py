@@ -296,12 +296,22 @@ class StudioService:
         return [row for row in rows if row["name"] not in remote_names] + remote_rows
 
     def options(self) -> dict[str, Any]:
-        """What the inputs accept: durations, aspect ratios, default short edge, review decisions and reasons."""
-        limits = self.engine.limits
+        """What the inputs accept: durations, aspect ratios, default short edge, review decisions and reasons, and
+        example prompts the model follows (empty when it has no prompt guide)."""
+        engine = self.engine
+        limits = engine.limits
         return {"min_duration": limits.min_duration, "max_duration": limits.max_duration,
                 "default_duration": limits.default_duration, "default_short_edge": limits.default_short_edge,
                 "aspect_ratios": list(ASPECT_RATIOS), "decisions": list(DECISIONS), "reasons": list(REASONS),
-                "pod_rate_usd_per_hour": self.config.pod_rate_usd_per_hour}
+                "pod_rate_usd_per_hour": self.config.pod_rate_usd_per_hour,
+                "prompt_examples": list(engine.prompt_guide.examples) if engine.prompt_guide else []}
+
+    def prompt_check(self, prompt: str) -> dict[str, Any] | None:
+        """What the loaded model will not understand in `prompt`: its unknown words (with replacements), the content
+        it names none of, the notes for a person (engine/prompt_guide.py). None while the engine loads, and for a
+        model without a prompt guide (a real checkpoint takes any text)."""
+        guide = self._engine.prompt_guide if self._engine is not None else None
+        return guide.check(prompt).to_dict() if guide else None
 
     # --------------------------------------------------------------------------------------- videos
 
@@ -439,7 +449,15 @@ class StudioService:
         baseline = self.get_video(pair.baseline_video_id) if pair.baseline_video_id else None
         candidate = self.get_video(pair.candidate_video_id) if pair.candidate_video_id else None
         return pair_view(pair, baseline, candidate, self.pairs.metrics_of(pair),
-                         self.store.list_verdicts(pair_id=pair.id), self.config.pod_rate_usd_per_hour)
+                         self.store.list_verdicts(pair_id=pair.id), self.config.pod_rate_usd_per_hour,
+                         self._prompt_notes(pair))
+
+    def _prompt_notes(self, pair: PairRecord) -> list[str]:
+        """The loaded model's notes on a pair's prompt; none for a pair another model made (not its vocabulary)."""
+        if self._engine is None or pair.model_id != self._engine.model_id:
+            return []
+        check = self.prompt_check(pair.prompt)
+        return check["notes"] if check else []
 
     def cost_usd(self, inference_time_s: float | None) -> float | None:
         """Dollars for one clip at the pod rate: inference_time_s × rate / 3600."""

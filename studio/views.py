@@ -85,6 +85,7 @@ class PairView:
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     baseline_steps: int | None = None  # the steps the baseline clip ran (its tier's, or an override)
     speedup_caveat: str | None = None  # set when the speed-up is not against the tier's own baseline
+    prompt_notes: list[str] = field(default_factory=list)  # what the pair's model does not know in its prompt
 
     @property
     def baseline_video_id(self) -> str | None:
@@ -129,8 +130,9 @@ def video_view(record: VideoRecord, clip: ClipRecord | None, queues: list[JobQue
 
 def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView | None,
               metrics: tuple[QualitySummary | None, str, str], verdicts: list[VerdictRecord],
-              pod_rate_usd_per_hour: float) -> PairView:
-    """A pair's view from its record, its two videos' views, its metrics (summary, status, message) and verdicts."""
+              pod_rate_usd_per_hour: float, prompt_notes: list[str] | None = None) -> PairView:
+    """A pair's view from its record, its two videos' views, its metrics (summary, status, message), verdicts and
+    the notes on its prompt (engine/prompt_guide.py)."""
     summary, status, message = metrics
     return PairView(
         id=pair.id, status=pair.status, prompt=pair.prompt, seed=pair.seed, tier=pair.tier_name,
@@ -146,6 +148,7 @@ def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView
         metrics=summary, metrics_status=status, metrics_message=hide_paths(message),
         verdicts=[v.as_dict() for v in verdicts],
         baseline_steps=baseline_steps(pair.tier_config, baseline), speedup_caveat=speedup_caveat(baseline),
+        prompt_notes=prompt_notes or [],
     )
 
 

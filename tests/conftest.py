@@ -37,7 +37,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_kernels.py::test_triton_interpreter": ("slow",),
     "tests/test_engine.py::test_baseline_equals_diffusers_modular_pipeline": ("slow",),
     "tests/test_engine.py::test_nano_loads_offline_in_a_fresh_process": ("slow",),
-    "tests/test_engine.py::test_cli_generate_writes_mp4_and_sidecar": ("slow",),
+    "tests/test_engine.py::test_cli_generate_writes_mp4_and_sidecar_and_says_what_it_does": ("slow",),
     "tests/test_engine.py::test_cli_broken_model_exits_2": ("slow",),
     "tests/test_compile_once.py": ("slow",),  # six nano generations
     "tests/test_cache_step.py": ("slow",),

@@ -211,6 +211,24 @@ def test_v1_responses_are_typed_in_the_openapi_schema(studio, reviewed):
     assert extras(api_models.TierRow, tier) == set()
 
 
+def test_prompt_check_names_words_the_nano_never_learnt(studio):
+    checked = studio.client.post("/v1/prompt-check", json={"prompt": "A green square moves up on a checkered floor"})
+    assert checked.status_code == 200, checked.json()
+    body = checked.json()
+    assert body["guided"] and not body["clean"] and body["model"] == "h3-nano"
+    assert body["unknown_words"] == ["checkered", "floor"] and body["replacements"] == {"checkered": "textured"}
+    assert body["suggestion"] is None  # "floor" has no replacement, so no rewrite is offered
+    assert any("'checkered' (try 'textured')" in note for note in body["notes"])
+    assert body["examples"] and all(studio.client.post("/v1/prompt-check", json={"prompt": p}).json()["clean"]
+                                     for p in body["examples"])
+
+
+def test_a_pair_carries_the_notes_on_its_prompt(studio, reviewed):
+    """PROMPTS are outside the nano's captions: every pair says which words it did not know."""
+    pair = studio.client.get(f"/v1/pairs/{reviewed.pairs[0]['id']}").json()
+    assert any("'kite'" in note for note in pair["prompt_notes"]), pair["prompt_notes"]
+
+
 def test_pair_round_trip_to_approved_export(studio, reviewed):
     client, pair = studio.client, reviewed.pairs[0]
     baseline, candidate = pair["baseline"], pair["candidate"]
@@ -371,6 +389,10 @@ def test_baseline_is_reused_not_regenerated(studio, reviewed):
     ("post", "/v1/videos", {"prompt": "\u001b[31mred"}, 400, "prompt"),
     ("post", "/v1/pairs", {"prompt": "\u200b", "tier": "turbo"}, 400, "prompt"),
     # Bounded requests (issue 19 #13): pages of pairs, exports of at most 1,000 named pairs.
+    ("post", "/v1/prompt-check", {}, 400, "prompt"),
+    ("post", "/v1/prompt-check", {"prompt": 5}, 400, "prompt"),
+    ("post", "/v1/prompt-check", {"prompt": "\u200b"}, 400, "prompt"),
+    ("post", "/v1/prompt-check", {"prompt": "x", "tier": "turbo"}, 400, "tier"),
     ("get", "/v1/pairs?limit=0", None, 400, "limit"),
     ("get", "/v1/pairs?limit=101", None, 400, "limit"),
     ("get", "/v1/pairs?after=pair_nope", None, 404, "after"),

@@ -201,12 +201,36 @@ def test_corrupt_weights_are_reported(tmp_path):
         load_components(broken)
 
 
-def test_cli_generate_writes_mp4_and_sidecar(tmp_path):
+def test_cli_generate_writes_mp4_and_sidecar_and_says_what_it_does(tmp_path):
     out = tmp_path / "cli.mp4"
-    result = subprocess.run([sys.executable, "-m", "engine", "generate", "--prompt", PROMPT, "--out", str(out),
-                             "--steps", "2", "--seed", "5"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "engine", "generate", "--prompt", PROMPT + " on a checkered floor",
+                             "--out", str(out), "--steps", "2", "--seed", "5"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert out.is_file() and json.loads(out.with_suffix(".json").read_text())["seed"] == 5
+    assert json.loads(result.stdout)["mp4"] == str(out)  # stdout stays one JSON line
+    # Progress on stderr, in order: the load, the model's notes on the prompt, the steps, the file.
+    said = result.stderr
+    marks = ["loading the embedded h3-nano", "model h3-nano loaded", "note: Unknown to h3-nano: 'checkered' (try "
+             "'textured'), 'floor'", "denoised 2 steps", f"wrote {out}"]
+    assert all(mark in said for mark in marks), said
+    assert [said.index(mark) for mark in marks] == sorted(said.index(mark) for mark in marks)
+
+
+def test_cli_progress_is_throttled_and_quiet_is_silent(capsys):
+    from engine.__main__ import Progress
+    from engine.stages import StepEvent
+
+    progress = Progress(every_s=3600)
+    for i in range(50):
+        progress.step(StepEvent(index=i, total=50, elapsed_s=i + 1.0, step_s=1.0))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "step 1/50" in lines[0] and "about 49 s left" in lines[0]
+    assert "denoised 50 steps in 50.0 s" in lines[1]
+    quiet = Progress(quiet=True)
+    quiet.say("x")
+    quiet.step(StepEvent(index=0, total=1, elapsed_s=1.0, step_s=1.0))
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("args, field", [

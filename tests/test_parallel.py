@@ -199,10 +199,10 @@ def test_cli_generate_ulysses_2(tmp_path):
     assert report["tokens"] == sidecar["tokens"]
 
 
-def test_zero_processes_are_refused():
-    from engine.parallel import generate_parallel
+def test_zero_processes_are_refused(tmp_path, capsys):
+    from engine.__main__ import main
 
-    with pytest.raises(RequestError, match="ulysses"):
-        generate_parallel(None, None, {"prompt": PROMPT}, 0)
+    assert main(["generate", "--prompt", PROMPT, "--out", str(tmp_path / "x.mp4"), "--ulysses", "0"]) == 2
+    assert "ulysses" in capsys.readouterr().err
     with pytest.raises(RequestError, match="ulysses"):
         ParallelEngine(world=1, device="cpu")

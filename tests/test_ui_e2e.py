@@ -7,9 +7,9 @@ generated pair can be approved and exported within the test's time budget. Two s
 and one with --auth, serve every browser test of the session (conftest.py's studio_url and auth_studio_url), so
 each test checks its own pairs and configuration, not what the studio holds in all.
 
-Flow: open → field error → generate a pair with 1-step clips → compare (frame slider, synced playback, views)
-→ review (name required, accept) → configuration approved → export and download the zip. Screenshots of
-every stage go to tests/artifacts/.
+Flow: open → field error → notes on the prompt, its suggested rewrite, an example prompt → generate a pair with
+1-step clips → compare (frame slider, synced playback, views) → review (name required, accept) → configuration
+approved → export and download the zip. Screenshots of every stage go to tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -231,8 +231,23 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     page.wait_for_selector("#h3-prompt-error:has-text('prompt')")
     shot(page, "02_field_error")
 
+    # The model's notes on the prompt as it is typed: words outside the nano's captions, with a rewrite when each
+    # has a replacement; example prompts it follows fill the box.
+    assert page.locator("#h3-prompt textarea").get_attribute("placeholder").startswith("a red square moves")
+    page.fill("#h3-prompt textarea", "a green square slides up on a checkered background")
+    page.wait_for_selector("#h3-prompt-note:has-text(\"'checkered' (try 'textured')\")")
+    shot(page, "02b_prompt_note")
+    page.click("#h3-prompt-suggestion")
+    page.wait_for_function("() => document.querySelector('#h3-prompt textarea').value"
+                           " === 'a green square slides up on a textured background'")
+    page.wait_for_function("() => !document.querySelector('#h3-prompt-note').innerText.trim()")
+    pick(page, "h3-prompt-examples", "The red triangle floats up")
+    page.wait_for_function("() => document.querySelector('#h3-prompt textarea').value"
+                           " === 'The red triangle floats up over a grey backdrop.'")
+
     # The quickest pair the UI offers: the 5-step tier cut to 1 step, and a 1-step baseline.
     page.fill("#h3-prompt textarea", "a red kite dips over a windy beach")
+    page.wait_for_selector("#h3-prompt-note:has-text('kite')")
     page.fill("#h3-seed input", "7")
     pick(page, "h3-tier", "turbo-5")
     page.click("#h3-advanced button")

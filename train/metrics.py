@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from train.dataset import COLOURS
+from train.dataset import BACKGROUNDS, COLOURS
 
 DIFF_THRESHOLD = 0.25  # summed |RGB - background| above which a pixel belongs to the shape
 MIN_PIXELS = 12
@@ -86,6 +86,17 @@ def nearest_colour(rgb: np.ndarray) -> str:
     names = list(COLOURS)
     table = np.array([COLOURS[n] for n in names])
     return names[int(np.argmin(((table - rgb[None]) ** 2).sum(1)))]
+
+
+def nearest_background(frames: np.ndarray) -> str:
+    """The dataset background nearest a clip's temporal-median background: "textured" when its palette has two
+    colours (a checkerboard), else the nearest plain colour. Noise reads as whatever plain colour it averages to."""
+    video = frames.astype(np.float32) / (255.0 if frames.dtype == np.uint8 else 1.0)
+    palette = background_palette(np.median(video, axis=0))
+    if len(palette) == 2:
+        return "textured"
+    plain = {name: rgb for name, rgb in BACKGROUNDS.items() if rgb is not None}
+    return min(plain, key=lambda name: float(np.abs(palette[0] - np.array(plain[name])).sum()))
 
 
 # Area of each shape over the area of its bounding box: a circle fills pi/4 of it, a square all of it and an

@@ -32,6 +32,11 @@ with a caption template, generated with seed 42. Clips are made once per (prompt
    seed (no reference) is the control, whose colour rate is what chance gives. The tracker reads each clip's colour,
    shape and motion (pass: ref2va's colour is the reference's on >= 80% of prompts, and on more prompts than the
    control's). `--ref2va-named` (default) adds the full caption with the reference, reported, not gated.
+8. vocabulary: what a word outside the training captions does (the studio warns about such words,
+   engine/prompt_guide.py). Each held-out prompt three ways, same seed: as captioned; with one unknown adjective
+   before the shape ("a red small triangle ..."); and, where the background has one, with the synonym people type
+   for it ("gray", "checkered", "navy": unknown words too). Per way: the tracker's colour and direction, its shape,
+   and the background (train.metrics.nearest_background). Reported, not gated.
 Results are printed and written as JSON; TRAINING.md quotes them.
 """
 
@@ -47,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from train.dataset import NUM_TEMPLATES, caption, content_tuples
-from train.metrics import ssim, track
+from train.metrics import nearest_background, ssim, track
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,6 +162,43 @@ def check_steering(clips: Clips, count: int) -> dict:
     shapes = sum(r["shape_ok"] for r in rows) / len(rows)
     return {"heldout_accuracy": followed, "shape_accuracy": shapes, "heldout": rows,
             "pass": followed >= 0.8 and shapes >= 0.6}
+
+
+UNKNOWN_ADJECTIVES = ("small", "bright", "shiny", "tiny", "big")
+BACKGROUND_SYNONYMS = {"grey": "gray", "textured": "checkered", "dark blue": "navy"}  # as typed; the captions' words
+
+
+def vocabulary_variants(content: tuple[str, str, str, str], prompt: str, index: int) -> dict[str, str]:
+    """The prompt with one unknown adjective before its shape and, where its background has one, with that
+    background's synonym in place of the caption's word."""
+    colour, shape, _, background = content
+    adjective = UNKNOWN_ADJECTIVES[index % len(UNKNOWN_ADJECTIVES)]
+    variants = {"adjective": prompt.replace(f"{colour} {shape}", f"{colour} {adjective} {shape}", 1)}
+    if background in BACKGROUND_SYNONYMS and background in prompt:
+        variants["synonym"] = prompt.replace(background, BACKGROUND_SYNONYMS[background], 1)
+    return variants
+
+
+def check_vocabulary(clips: Clips, count: int) -> dict:
+    guide = clips.engine.prompt_guide
+    rows = []
+    for i, (content, prompt) in enumerate(held_out_prompts(count)):
+        row = {"expected": list(content)}
+        for way, text in {"captioned": prompt, **vocabulary_variants(content, prompt, i)}.items():
+            frames = clips.get(text, "baseline").frames
+            tr, background = track(frames), nearest_background(frames)
+            row[way] = {"prompt": text, "ok": tr.colour == content[0] and tr.motion == content[2],
+                        "shape_ok": tr.shape == content[1], "background_ok": background == content[3],
+                        "tracked": [tr.colour, tr.shape, tr.motion, background],
+                        "unknown_named": guide.check(text).to_dict()["unknown_words"] if guide else None}
+        rows.append(row)
+    result: dict = {"per_prompt": rows}
+    for way in ("captioned", "adjective", "synonym"):
+        got = [r[way] for r in rows if way in r]
+        result[way] = {key: f"{sum(g[field] for g in got)}/{len(got)}"
+                       for key, field in (("followed", "ok"), ("shape", "shape_ok"), ("background", "background_ok"))}
+    result["pass"] = None  # reported, not gated
+    return result
 
 
 def check_turbo(clips: Clips, count: int) -> dict:
@@ -627,7 +669,8 @@ def main() -> None:
                         help="comma list; also contacts (the floor-contact rule on ground truth, no model), fl2va "
                              "(a first-frame keyframe against the t2va control) and ref2va (a reference image with a "
                              "prompt that names no subject, against t2va of that prompt; pass: ref2va's colour is the "
-                             "reference's on >= 80%% of --prompts and on more than the control's)")
+                             "reference's on >= 80%% of --prompts and on more than the control's) and vocabulary "
+                             "(held-out prompts with a word outside the captions; reported)")
     parser.add_argument("--fl2va-strips", type=Path, default=None,
                         help="fl2va check: write a PNG per prompt (keyframe | fl2va frame 0 | t2va frame 0) here")
     parser.add_argument("--ref2va-named", action=argparse.BooleanOptionalAction, default=True,
@@ -651,6 +694,7 @@ def main() -> None:
               "turbo": lambda: check_turbo(clips, args.prompts), "audio": lambda: check_audio(clips, args.prompts),
               "ghost": lambda: check_ghost(clips, args.ghost_prompts, args.ghost_tile, args.ghost_strips,
                                            args.attention_prompts, args.ghost_first),
+              "vocabulary": lambda: check_vocabulary(clips, args.prompts),
               "fl2va": lambda: check_fl2va(clips, args.prompts, args.fl2va_strips),
               "ref2va": lambda: check_ref2va(clips, args.prompts, args.ref2va_named, args.ref2va_strips)}
     for name in args.checks.split(","):

@@ -110,9 +110,15 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
     options = _options(service)
     with gr.Row():
         with gr.Column(scale=3):
-            prompt = gr.Textbox(label="Prompt", lines=3, placeholder="A red kite dips over a windy beach at dusk…",
-                                elem_id="h3-prompt")
+            prompt = gr.Textbox(label="Prompt", lines=3, placeholder=_placeholder(options), elem_id="h3-prompt")
             prompt_err = gr.HTML("", js_on_load=None, elem_id="h3-prompt-error")
+            # The loaded model's notes on the prompt as it is typed (engine/prompt_guide.py): a warning, never a refusal
+            with gr.Row():
+                prompt_note = gr.HTML("", js_on_load=None, elem_id="h3-prompt-note")
+                use_suggestion = gr.Button("Use the suggested prompt", size="sm", visible=False, scale=0,
+                                           elem_id="h3-prompt-suggestion")
+            examples = gr.Dropdown(options.get("prompt_examples", []), value=None, label=EXAMPLES_LABEL,
+                                   visible=bool(options.get("prompt_examples")), elem_id="h3-prompt-examples")
             with gr.Row():
                 duration = gr.Slider(options["min_duration"], options["max_duration"],
                                      value=options["default_duration"], step=0.5, label="Duration (s)",
@@ -190,6 +196,27 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
             return gr.update()  # the duration's own slot says what is wrong
         return tier_card_html(tier_rows(service, seconds), name, seconds)
 
+    def check_prompt(text):
+        check = service.prompt_check(text) if text and text.strip() else None
+        if not check or check["clean"]:
+            return "", gr.update(visible=False)
+        return prompt_note_html(check), gr.update(visible=bool(check["suggestion"]))
+
+    def suggested(text):
+        check = service.prompt_check(text) if text else None
+        return check["suggestion"] if check and check["suggestion"] else gr.update()
+
+    prompt.change(check_prompt, prompt, [prompt_note, use_suggestion], queue=False, show_progress="hidden",
+                  trigger_mode="always_last")
+    use_suggestion.click(suggested, prompt, prompt, queue=False)
+    examples.input(lambda text: text or gr.update(), examples, prompt, queue=False)
+
+    def prompt_help():
+        """The example picker and the prompt's placeholder for the loaded model (the page is built before it loads)."""
+        opts = _options(service)
+        found = opts.get("prompt_examples", [])
+        return gr.update(choices=found, value=None, visible=bool(found)), gr.update(placeholder=_placeholder(opts))
+
     # preprocess=False on every event that reads the duration: see checked_duration.
     duration.change(refresh_tiers, [duration, tier], [tier, tier_card, duration_err], queue=False,
                     preprocess=False)
@@ -256,8 +283,24 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
     refresh_pick.click(lambda pid: _unfinished_dropdown(service, pid), cancel_pick, cancel_pick, queue=False)
     return {"unfinished": lambda pid: _unfinished_dropdown(service, pid), "cancel_pick": cancel_pick,
             "duration": duration, "duration_error": duration_err, "tier": tier, "tier_card": tier_card,
-            "refresh_tiers": refresh_tiers,
+            "refresh_tiers": refresh_tiers, "prompt_help": prompt_help, "prompt_help_outputs": [examples, prompt],
             "event": event, "pair": pair_state, "open_compare": open_compare}
+
+
+EXAMPLES_LABEL = "Example prompts the model follows (combinations held out of its training)"
+GENERIC_PLACEHOLDER = "A red kite dips over a windy beach at dusk…"
+
+
+def _placeholder(options: dict[str, Any]) -> str:
+    examples = options.get("prompt_examples") or []
+    return f"{examples[0]}…" if examples else GENERIC_PLACEHOLDER
+
+
+def prompt_note_html(check: dict[str, Any]) -> str:
+    """The model's notes on a prompt, with the suggested rewrite when every unknown word has a replacement."""
+    notes = "<br>".join(html.escape(note) for note in check["notes"])
+    suggestion = (f"<br>Suggested: <i>{html.escape(check['suggestion'])}</i>" if check["suggestion"] else "")
+    return f"<div class='h3-panel'><span class='h3-warn'>{html.escape(check['model'])}</span> {notes}{suggestion}</div>"
 
 
 def _options(service: StudioService) -> dict[str, Any]:

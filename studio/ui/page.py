@@ -117,23 +117,29 @@ def _wire_cross_tab(service, demo, tabs, status, generate, compare, review, conf
 
     tier_outputs = [generate["tier"], generate["tier_card"], generate["duration_error"]]
 
+    # What depends on the loaded model: the tier picker, and the example prompts with the prompt's placeholder.
+    model_outputs = [*tier_outputs, *generate["prompt_help_outputs"]]
+
+    def for_model(duration, tier):
+        return [*generate["refresh_tiers"](duration, tier), *generate["prompt_help"]()]
+
     def tick(loaded, duration, tier):
         html_ = status_html(service)
         if loaded or not service.ready:
-            return html_, loaded, gr.update(), gr.update(), gr.update()
-        return html_, True, *generate["refresh_tiers"](duration, tier)
+            return html_, loaded, *[gr.update()] * len(model_outputs)
+        return html_, True, *for_model(duration, tier)
 
     # preprocess=False: these read the duration box as typed (studio.ui.generate.checked_duration says why).
-    timer.tick(tick, [tiers_loaded, generate["duration"], generate["tier"]], [status, tiers_loaded, *tier_outputs],
+    timer.tick(tick, [tiers_loaded, generate["duration"], generate["tier"]], [status, tiers_loaded, *model_outputs],
                queue=False, show_progress="hidden", preprocess=False)
 
     def on_load(duration, tier, compare_pair, request: gr.Request):
-        return [*generate["refresh_tiers"](duration, tier), service.ready,
+        return [*for_model(duration, tier), service.ready,
                 completed_pair_dropdown(service, compare_pair, newest_if_gone=True),
                 *review["on_load"](request)]
 
     demo.load(on_load, [generate["duration"], generate["tier"], compare["pair"]],
-              [*tier_outputs, tiers_loaded, compare["pair"], *review["load_outputs"]], preprocess=False)
+              [*model_outputs, tiers_loaded, compare["pair"], *review["load_outputs"]], preprocess=False)
 
     # A finished generation: refresh the pair lists and select the new pair (its change event loads Compare).
     generate["event"].then(lambda pid, current: completed_pair_dropdown(service, current, select=pid,

@@ -20,6 +20,7 @@ def pair_summary_html(view, service: StudioService | None) -> str:
             f"{view.target.get('duration_seconds')} s {html.escape(str(view.target.get('aspect_ratio')))}"
             f"{_canvas(view)}")
     lines = [head]
+    lines += [f"<span class='h3-warn'>prompt</span> {html.escape(note)}" for note in view.prompt_notes]
     if view.baseline_reused and view.baseline:
         lines.append(f"<span class='h3-badge'>baseline reused</span> the stored clip "
                      f"<code>{(view.baseline.clip_sha or '')[:12]}</code> (same model, prompt, seed, canvas and "
