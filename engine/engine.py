@@ -30,11 +30,10 @@ from engine.cache import FirstBlockCache
 from engine.clip import Clip
 from engine.components import Components, load_components
 from engine.errors import RequestError
-from engine.interface import RequestPlan, plan_request, sparse_kernel_of, task_tier_config, tier_plan
+from engine.interface import ModelFacts, RequestPlan, plan_request, sparse_kernel_of, task_tier_config, tier_plan
 from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
 from engine.media import encode_mp4
 from engine.memory import Machine
-from engine.prompt_guide import PromptGuide
 from engine.request import GenerationRequest, ModelLimits
 from engine.stages import StepEvent, decode_audio, decode_video, denoise, encode_text, frames_to_uint8, prepare_noise
 from engine.tasks import (
@@ -118,7 +117,7 @@ class _Denoised:
     compiles: dict
 
 
-class Engine:
+class Engine(ModelFacts):
     """One loaded model serving one request at a time (requests queue on a lock)."""
 
     def __init__(self, components: Components, tiers: TierTable | None = None,
@@ -163,22 +162,6 @@ class Engine:
         placement = {"text_encoder": "cpu"} if machine is not None else None
         components = load_components(model_path, device=device, placement=placement)
         return cls(components, TierTable.load(tiers_file), machine=machine)
-
-    @property
-    def model_id(self) -> str:
-        return self.components.model_id
-
-    @property
-    def model_name(self) -> str:
-        return self.components.name
-
-    @property
-    def untrained(self) -> bool:
-        return self.components.untrained
-
-    @property
-    def prompt_guide(self) -> PromptGuide | None:
-        return self.components.prompt_guide
 
     @property
     def num_blocks(self) -> int:

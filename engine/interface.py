@@ -67,6 +67,29 @@ class ModelEngine(GenerationEngine, Protocol):
         """The words the model was trained on (a model folder's prompt_guide.toml), or None: any text."""
 
 
+class ModelFacts:
+    """`ModelEngine`'s facts about the model, read from `self.components` (the in-process engine's `Components`, the
+    parallel engine's `ComponentsSummary` from rank 0)."""
+
+    components: Any
+
+    @property
+    def model_id(self) -> str:
+        return self.components.model_id
+
+    @property
+    def model_name(self) -> str:
+        return self.components.name
+
+    @property
+    def untrained(self) -> bool:
+        return self.components.untrained
+
+    @property
+    def prompt_guide(self) -> PromptGuide | None:
+        return self.components.prompt_guide
+
+
 def tier_plan(tiers: TierTable, request: GenerationRequest, num_blocks: int, model_tile: int = 64) -> TierPlan:
     """The TierPlan a validated request runs: its tier at its steps (the tier's own when it names none), sparse
     attention at the model's tile (`ModelGeometry.sparse_tile`) unless the tier fixes one."""

@@ -38,7 +38,7 @@ from engine.distributed import (
     shard_weights,
 )
 from engine.errors import GenerationCancelled, ModelLoadError, RequestError
-from engine.interface import RequestPlan, plan_request
+from engine.interface import ModelFacts, RequestPlan, plan_request
 from engine.prompt_guide import PromptGuide
 from engine.request import GenerationRequest, ModelLimits
 from engine.tiers import TierTable
@@ -334,7 +334,7 @@ class _Outcome:
     last_step: int | None = None
 
 
-class ParallelEngine:
+class ParallelEngine(ModelFacts):
     """`Engine`'s interface over a sequence-parallel worker group (N processes, rank 0 returns the results)."""
 
     def __init__(self, model_path: str | None = None, tiers_file: str | None = None, world: int = 2,
@@ -363,22 +363,6 @@ class ParallelEngine:
         atexit.register(self.close)
 
     # -- Engine interface ----------------------------------------------------------------------------------------
-
-    @property
-    def model_id(self) -> str:
-        return self.components.model_id
-
-    @property
-    def model_name(self) -> str:
-        return self.components.name
-
-    @property
-    def untrained(self) -> bool:
-        return self.components.untrained
-
-    @property
-    def prompt_guide(self) -> PromptGuide | None:
-        return self.components.prompt_guide
 
     def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
         request = self.tiers.validate(payload, self.limits)
