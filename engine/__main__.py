@@ -177,7 +177,8 @@ def _run(engine, args, progress: Progress):
     """One clip from a loaded engine, saying first what the model will not understand in the prompt."""
     progress.say(f"model {engine.model_name} loaded; generating ({args.tier})")
     guide = engine.prompt_guide
-    for note in guide.check(args.prompt).notes() if guide else []:
+    conditioned = bool(args.first_frame or args.last_frame or args.reference)  # the image may give the subject
+    for note in guide.check(args.prompt, conditioned).notes() if guide else []:
         progress.say(f"note: {note}")
     return engine.generate(_payload(args), on_step=progress.step)
 

@@ -50,7 +50,8 @@ class PromptCheck:
             notes.append(f"Unknown to {self.model}: {words}. It learnt only its training captions' words, so it "
                          "cannot follow what these name.")
         if self.missing:
-            notes.append(f"Names no {', no '.join(self.missing)} that {self.model} knows, so it picks one itself.")
+            notes.append(f"Names no {', no '.join(self.missing)} that {self.model} knows, so it picks one itself "
+                         "(unless a keyframe or reference image gives it).")
         return notes
 
     def to_dict(self) -> dict:
@@ -96,15 +97,18 @@ class PromptGuide:
                    motion_words=frozenset(lists["motion_words"]), examples=tuple(lists["examples"]),
                    synonyms={k.lower(): v for k, v in synonyms.items()})
 
-    def check(self, prompt: str) -> PromptCheck:
+    def check(self, prompt: str, conditioned: bool = False) -> PromptCheck:
+        """`conditioned`: a keyframe or reference image comes with the prompt (fl2va, ref2va) and may give the
+        subject, so content the prompt leaves out is not reported."""
         words = _WORD.findall(prompt.lower())
         unknown: list[tuple[str, str | None]] = []
         for word in dict.fromkeys(w for w in words if w not in self.words):  # each once, in prompt order
             close = difflib.get_close_matches(word, sorted(self.words), n=1, cutoff=CLOSE_MATCH)
             unknown.append((word, self.synonyms.get(word) or (close[0] if close else None)))
         named = set(words) | {w for _, s in unknown if s for w in s.split()}  # a synonym names what it stands for
-        missing = [kind for kind, vocab in (("colour", self.colours), ("shape", self.shapes),
-                                            ("motion", self.motion_words)) if not named & vocab]
+        missing = [] if conditioned else [
+            kind for kind, vocab in (("colour", self.colours), ("shape", self.shapes), ("motion", self.motion_words))
+            if not named & vocab]
         suggestion = None
         if unknown and all(s for _, s in unknown):
             replace = dict(unknown)

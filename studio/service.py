@@ -306,12 +306,13 @@ class StudioService:
                 "pod_rate_usd_per_hour": self.config.pod_rate_usd_per_hour,
                 "prompt_examples": list(engine.prompt_guide.examples) if engine.prompt_guide else []}
 
-    def prompt_check(self, prompt: str) -> dict[str, Any] | None:
+    def prompt_check(self, prompt: str, conditioned: bool = False) -> dict[str, Any] | None:
         """What the loaded model will not understand in `prompt`: its unknown words (with replacements), the content
-        it names none of, the notes for a person (engine/prompt_guide.py). None while the engine loads, and for a
-        model without a prompt guide (a real checkpoint takes any text)."""
+        it names none of (not asked when `conditioned`: a keyframe or reference may give it), the notes for a person
+        (engine/prompt_guide.py). None while the engine loads, and for a model without a prompt guide (a real
+        checkpoint takes any text)."""
         guide = self._engine.prompt_guide if self._engine is not None else None
-        return guide.check(prompt).to_dict() if guide else None
+        return guide.check(prompt, conditioned).to_dict() if guide else None
 
     # --------------------------------------------------------------------------------------- videos
 
@@ -456,7 +457,7 @@ class StudioService:
         """The loaded model's notes on a pair's prompt; none for a pair another model made (not its vocabulary)."""
         if self._engine is None or pair.model_id != self._engine.model_id:
             return []
-        check = self.prompt_check(pair.prompt)
+        check = self.prompt_check(pair.prompt, conditioned=pair.tier_config.get("task") in ("fl2va", "ref2va"))
         return check["notes"] if check else []
 
     def cost_usd(self, inference_time_s: float | None) -> float | None:

@@ -77,6 +77,8 @@ def test_a_pair_with_references_keys_its_configuration_by_task_and_exports_its_i
     assert pair.configuration_key != service.store.get_pair(first["id"]).configuration_key
     # The baseline was generated with the reference, not reused from the t2va pair of the same prompt and seed.
     assert pair.baseline_clip_sha != service.store.get_pair(first["id"]).baseline_clip_sha
+    # "a blue square" names no motion: the t2va pair says so; with a reference the prompt may leave things out.
+    assert any("Names no motion" in note for note in first["prompt_notes"]) and second["prompt_notes"] == []
 
     from studio.export import _pair_entry, _pair_manifest
 

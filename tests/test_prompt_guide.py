@@ -66,6 +66,7 @@ def test_a_word_without_a_replacement_gets_no_rewrite(guide):
 def test_a_prompt_in_its_words_that_names_no_subject_is_told_so(guide):
     check = guide.check("A shape moves up on a grey background.")  # the ref2va captions' wording
     assert check.unknown == [] and check.missing == ["colour", "shape"] and not check.clean
+    assert guide.check("A shape moves up on a grey background.", conditioned=True).clean  # the image gives it
     assert guide.check("a red circle moves left to right").clean
 
 
