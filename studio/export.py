@@ -24,6 +24,7 @@ from db.inputs import EXTENSIONS, InputFiles
 from db.keys import sha256_hex
 from db.records import ClipRecord, PairRecord, VerdictRecord
 from db.store import Store
+from studio.public_text import hide_paths
 from studio.quality.summary import QualitySummary, SummaryError
 
 FORMAT = "h3-review-studio-export"
@@ -221,12 +222,15 @@ def _input_files(store: Store, entries: list[_PairEntry]) -> dict[str, tuple[Pat
 
 
 def _manifest_metrics(stored: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The pair's quality summary without its overlay PNG paths (on the studio's disk, not in the zip): the
-    numbers travel. A failed comparison travels as stored ({"error": ...})."""
-    if not stored or "error" in stored:
+    """The pair's quality summary without its overlay PNG paths (on the studio's disk, not in the zip) or other
+    server paths in its text: the numbers travel. A failed comparison travels as stored ({"error": ...}), its
+    paths hidden too."""
+    if not stored:
         return stored
+    if "error" in stored:
+        return {**stored, "error": hide_paths(str(stored["error"]))}
     try:
-        return QualitySummary.from_json(stored).to_json(files=False)
+        return QualitySummary.from_json(stored).with_text(hide_paths).to_json(files=False)
     except SummaryError as error:
         return {"error": f"the stored metrics are not a quality summary ({error})"}
 

@@ -145,7 +145,7 @@ def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView
                                candidate and candidate.timings.get("denoise")),
         cost_usd={"baseline": clip_cost_usd(baseline and baseline.inference_time_s, pod_rate_usd_per_hour),
                   "candidate": clip_cost_usd(candidate and candidate.inference_time_s, pod_rate_usd_per_hour)},
-        metrics=summary, metrics_status=status, metrics_message=hide_paths(message),
+        metrics=summary and summary.with_text(hide_paths), metrics_status=status, metrics_message=hide_paths(message),
         verdicts=[v.as_dict() for v in verdicts],
         baseline_steps=baseline_steps(pair.tier_config, baseline), speedup_caveat=speedup_caveat(baseline),
         prompt_notes=prompt_notes or [],

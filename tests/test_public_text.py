@@ -65,7 +65,9 @@ def test_tier_reasons_and_load_errors_show_no_server_path(tmp_path):
 
 def test_rest_pairs_name_no_file_on_the_studios_disk(tmp_path, nano_engine):
     """A pair over REST carries its metrics without the overlay paths (three per frame: most of its bytes, and
-    every one an absolute server path) and its clips without clip_path; the UI reads them from the service."""
+    every one an absolute server path) and its clips without clip_path; the UI reads them from the service. Why
+    LPIPS did not run names the weights' file in the server's home: REST, the UI and the export show `…/<name>`."""
+    from studio.export import _manifest_metrics
     from tests.quality_fixtures import summary_json
     from tests.test_db import BASELINE_TIER, FAST_TIER, MODEL, completed_video, target
 
@@ -76,10 +78,19 @@ def test_rest_pairs_name_no_file_on_the_studios_disk(tmp_path, nano_engine):
     store.set_pair_videos(pair.id, completed_video(store, "a fox", 1, "baseline", BASELINE_TIER, "b"),
                           completed_video(store, "a fox", 1, "fast", FAST_TIER, "c"))
     store.update_pair(pair.id, status="in_progress")
-    store.update_pair(pair.id, status="completed", metrics=summary_json(data_dir / "overlays" / "k", frames=120))
+    weights = tmp_path / "home" / ".cache" / "alexnet-owt-7be5be79.pth"
+    stored = summary_json(data_dir / "overlays" / "k", frames=120)
+    stored["lpips_reason"] = f"LPIPS not available: the AlexNet weights are not in the torch hub cache ({weights})"
+    stored["suggestion_reasons"] = [f"lpips_delta not evaluated: {stored['lpips_reason']}"]
+    store.update_pair(pair.id, status="completed", metrics=stored)
     with TestClient(create_app(service)) as client:
         body = client.get(f"/v1/pairs/{pair.id}").text
         listed = client.get("/v1/pairs").json()["data"][0]
     assert str(tmp_path) not in body and str(tmp_path) not in str(listed)
+    assert "(…/alexnet-owt-7be5be79.pth)" in listed["metrics"]["lpips_reason"]
+    shown = service.get_pair(pair.id).metrics  # what the UI renders
+    assert str(tmp_path) not in f"{shown.lpips_reason}{shown.suggestion_reasons}"
+    assert str(tmp_path) not in str(_manifest_metrics(stored)) and str(tmp_path) not in str(
+        _manifest_metrics({"error": f"cannot read {weights}"}))
     assert listed["metrics"]["overlay_frames"] == 120 and "diff_pngs" not in listed["metrics"]
     assert service.get_pair(pair.id).metrics.overlay("diff")  # the service (and the UI) still has them

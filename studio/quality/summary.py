@@ -15,7 +15,8 @@ measure is added here, not lost on the way to the reviewer).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,12 @@ class QualitySummary:
         if files and overlays is not None:
             data.update({key: list(value) if isinstance(value, tuple) else value for key, value in overlays.items()})
         return data
+
+    def with_text(self, rewrite: Callable[[str | None], str | None]) -> QualitySummary:
+        """A copy with each free-text field (why LPIPS or FLIP did not run, the suggestion's reasons) passed through
+        `rewrite`: the studio hides its server paths from clients this way (studio/public_text.py)."""
+        return replace(self, lpips_reason=rewrite(self.lpips_reason), flip_reason=rewrite(self.flip_reason),
+                       suggestion_reasons=tuple(rewrite(r) for r in self.suggestion_reasons))
 
     # ------------------------------------------------------------------------------------------ reading
 
