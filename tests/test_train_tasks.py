@@ -283,10 +283,11 @@ def test_a_few_training_steps_with_the_task_mix_run_and_stay_finite(tmp_path, na
     clips = len(planned) + 2  # the table's clips first, then two more t2va clips, as build_latent_dataset puts them
     data = {"video": torch.randn(clips, NUM_VIDEO_ROWS, channels, generator=generator).bfloat16(),
             "audio": torch.randn(clips, 414, 8, generator=generator).bfloat16(),
-            "content": torch.tensor([0, 1, 0, 1, 0])}
+            "content": torch.tensor([0, 1, 0, 1, 0]),
+            "subject": torch.rand(clips, NUM_VIDEO_ROWS, generator=generator) < 0.1}
     args = parse_args(["--out", str(tmp_path), "--device", "cpu", "--dit-batch", "6", "--max-steps", "3",
                        "--dit-seconds", "600", "--reserve-after-dit", "0", "--budget", "600",
-                       "--task-mix", "fl2va=0.34,ref2va=0.17"])
+                       "--task-mix", "fl2va=0.34,ref2va=0.17", "--subject-weight", "4"])
     run = Run(args)
     pools = {name: (TaskPool(name, table, nano_components.vae, "cpu"), share)
              for name, share in parse_mix(args.task_mix).items()}
@@ -294,12 +295,47 @@ def test_a_few_training_steps_with_the_task_mix_run_and_stay_finite(tmp_path, na
     before = [p.detach().clone() for p in model.parameters()]
     train_dit(run, data, text, model, pools)
     note = run.log["phases"]["dit"]
-    assert note["steps"] == 3 and note["task_mix"] == {"fl2va": 2, "ref2va": 1}
+    assert note["steps"] == 3 and note["task_mix"] == {"fl2va": 2, "ref2va": 1} and note["subject_weight"] == 4
     assert all(math.isfinite(v) for row in note["losses"] for v in row[2:])
     assert all(math.isfinite(v) for _, row in note["task_losses"] for v in row.values())
     assert set(note["task_losses"][0][1]) == {"fl2va", "ref2va"}
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert (tmp_path / "transformer.safetensors").is_file()
+
+
+def test_subject_rows_follow_the_shape_and_weigh_the_loss(nano_components, tmp_path):
+    """The rows --subject-weight favours are where the rendered shape is, in patchify's order; a weight of 1 on
+    every row is the plain mean squared error."""
+    from train.dataset import render_video
+    from train.flow import batch_layout, patchify, subject_rows
+    from train.run import Run
+    from train.train_nano import flow_loss, parse_args
+
+    spec = make_spec(("red", "square", "left to right", "black"), seed=3)
+    _, coverage = render_video([spec], with_mask=True)
+    rows = subject_rows(coverage, 37, (4, 7))
+    assert rows.shape == (1, NUM_VIDEO_ROWS) and 0 < rows.float().mean() < 0.2
+    grid = rows.view(37, 4, 7)
+    columns = [grid[t].nonzero()[:, 1].float().mean() for t in (0, 36)]
+    assert columns[0] < 2 and columns[1] > 4  # left at the start, right at the end
+    # In patchify's order: a latent that is 1 on the shape's rows and 0 elsewhere packs to exactly those rows.
+    marked = rows.view(1, 1, 37, 4, 7).float().repeat_interleave(2, 3).repeat_interleave(2, 4)
+    assert torch.equal(patchify(marked)[0, :, 0] > 0, rows[0])
+    with pytest.raises(SystemExit):
+        parse_args(["--subject-weight", "0"])
+
+    run = Run(parse_args(["--device", "cpu", "--out", str(tmp_path)]))
+    model = tiny_transformer(nano_components, seed=2)
+    channels = nano_components.transformer.config.in_channels * 4
+    x_video = torch.randn(2, NUM_VIDEO_ROWS, channels)
+    x_audio = torch.randn(2, 414, 8)
+    embeds = torch.randn(2, 6, 32)
+    layout = batch_layout([6, 6], 6, "cpu")
+    losses = [flow_loss(run, model, x_video, x_audio, embeds, layout, torch.Generator().manual_seed(5),
+                        row_weight=weight)[0] for weight in (None, torch.ones(2, NUM_VIDEO_ROWS),
+                                                             1 + 3 * rows.float().repeat(2, 1))]
+    torch.testing.assert_close(losses[0], losses[1])
+    assert not torch.isclose(losses[0], losses[2])
 
 
 def test_task_mix_is_parsed_and_checked():

@@ -76,6 +76,17 @@ def patchify(latents: torch.Tensor) -> torch.Tensor:
     return rows.reshape(b, t * (h // 2) * (w // 2), c * 4)
 
 
+SUBJECT_COVERAGE = 0.05  # a row holds the subject when its patch of frames and pixels is covered at least this much
+
+
+def subject_rows(coverage: torch.Tensor, latent_frames: int, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, T, H, W) shape coverage in [0, 1] → (B, latent_frames·gh·gw) bool in `patchify`'s row order: True where
+    the row's patch holds the shape in any of its frames. The frames are split evenly over the latent frames (the
+    VAE's causal first chunk shifts its real windows by a frame or two; the max over each window covers that)."""
+    pooled = F.adaptive_max_pool3d(coverage[:, None].float(), (latent_frames, *grid))
+    return (pooled[:, 0] >= SUBJECT_COVERAGE).flatten(1)
+
+
 @dataclass
 class BatchLayout:
     """Per-sample packed layouts padded to one length S = max_text + max_video + audio rows. Padding sits at each

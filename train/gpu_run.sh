@@ -91,6 +91,8 @@
 #            reaches ADOPT_AT of 48 (default 29; the shipped VAE: 25); otherwise the latents stay as shipped.
 #   stage 22: stage 19 from the tracked model folder alone (after run 10 shipped): the shipped transformer continues
 #            with the task mix on the shipped latents, new LoRAs, the decoder alone beside it; CK = out/ckl as above.
+#            Extra flags reach train_nano: `bash train/gpu_run.sh 22 --subject-weight 4` weighs the video rows that hold
+#            the shape 4x in the flow loss (TRAINING.md 5j: squares and triangles come out as blobs).
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail

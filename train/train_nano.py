@@ -62,6 +62,7 @@ from train.flow import (
     noised,
     patchify,
     shift_sigma,
+    subject_rows,
 )
 from train.losses import edge_ring, shape_colour_error, silhouette_error
 from train.run import (
@@ -256,19 +257,22 @@ def content_index(colour: str, shape: str, motion: str, background: str) -> int:
 
 
 @torch.no_grad()
-def encode_clips(run: Run, vae, audio_vae, specs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clips → normalised latent rows in the engine's packing: video (B, 1036, 32), audio (B, 414, 8)."""
+def encode_clips(run: Run, vae, audio_vae, specs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Clips → normalised latent rows in the engine's packing: video (B, 1036, 32), audio (B, 414, 8), and which
+    video rows hold the shape (B, 1036) bool (`subject_rows`, for --subject-weight)."""
     vmean = torch.tensor(vae.config.latents_mean, device=run.device).view(1, -1, 1, 1, 1)
     vstd = torch.tensor(vae.config.latents_std, device=run.device).view(1, -1, 1, 1, 1)
     amean = torch.tensor(audio_vae.config.latents_mean, device=run.device).view(1, -1, 1)
     astd = torch.tensor(audio_vae.config.latents_std, device=run.device).view(1, -1, 1)
-    z = vae.encode(to_vae_space(render_video(specs, device=run.device))).latent_dist.mode().float()
+    video, coverage = render_video(specs, device=run.device, with_mask=True)
+    z = vae.encode(to_vae_space(video)).latent_dist.mode().float()
     z = (z - vmean) / vstd
     rows = patchify(z)
+    subject = subject_rows(coverage, z.shape[2], (z.shape[3] // 2, z.shape[4] // 2))
     audio = render_audio(specs, run.device).reshape(-1, 1, NUM_SAMPLES)
     za = (audio_vae.encode(audio).latent_dist.mode().float() - amean) / astd  # (B*2, C, 207)
     audio_rows = za.view(len(specs), 2, za.shape[1], -1).permute(0, 1, 3, 2).reshape(len(specs), -1, za.shape[1])
-    return rows, audio_rows
+    return rows, audio_rows, subject
 
 
 def build_latent_dataset(run: Run, vae, audio_vae, first_specs: list = ()) -> dict:
@@ -277,15 +281,16 @@ def build_latent_dataset(run: Run, vae, audio_vae, first_specs: list = ()) -> di
     args = run.args
     begin = time.time()
     specs = list(first_specs) + sample_specs(configs.SEED + 5, args.num_clips, "train")
-    video, audio = [], []
+    video, audio, subject = [], [], []
     for i in range(0, len(specs), args.encode_batch):
-        v, a = encode_clips(run, vae, audio_vae, specs[i:i + args.encode_batch])
+        v, a, m = encode_clips(run, vae, audio_vae, specs[i:i + args.encode_batch])
         video.append(v.to(torch.bfloat16))
         audio.append(a.to(torch.bfloat16))
+        subject.append(m)
     content = torch.tensor([content_index(s.colour, s.shape, s.motion, s.background) for s in specs],
                            device=run.device)
     run.note("latents", clips=len(specs), seconds=round(time.time() - begin, 1))
-    return {"video": torch.cat(video), "audio": torch.cat(audio), "content": content}
+    return {"video": torch.cat(video), "audio": torch.cat(audio), "content": content, "subject": torch.cat(subject)}
 
 
 class TextTable:
@@ -320,11 +325,12 @@ def sample_u(batch: int, generator, device) -> torch.Tensor:
     return ((torch.arange(batch, device=device) + torch.rand(batch, device=device, generator=generator)) / batch)
 
 
-def flow_loss(run: Run, model, x_video, x_audio, embeds, layout, generator, cond=None):
+def flow_loss(run: Run, model, x_video, x_audio, embeds, layout, generator, cond=None, row_weight=None):
     """Flow-matching losses (video, audio) of one group of samples at stratified noise levels.
 
     `cond`: clean conditioning rows (B, Cmax, C·4) of an fl2va/ref2va group; they follow the generated rows, noised
-    to t = 0.999 as the engine's prepare_noise does, and carry no loss (the engine never steps them)."""
+    to t = 0.999 as the engine's prepare_noise does, and carry no loss (the engine never steps them).
+    `row_weight`: (B, rows) weights of the video rows' squared errors (--subject-weight); None weighs all alike."""
     batch = x_video.shape[0]
     n_video = torch.randn(x_video.shape, device=run.device, generator=generator)
     n_audio = torch.randn(x_audio.shape, device=run.device, generator=generator)
@@ -338,7 +344,8 @@ def flow_loss(run: Run, model, x_video, x_audio, embeds, layout, generator, cond
     with run.autocast():
         v_video, v_audio = batched_forward(model, video_in, noised(x_audio, n_audio, s_audio), embeds, layout,
                                            1 - s_video, 1 - s_audio)
-    loss_video = F.mse_loss(v_video[:, : x_video.shape[1]].float(), x_video - n_video)
+    error = (v_video[:, : x_video.shape[1]].float() - (x_video - n_video)).square().mean(-1)  # (B, rows)
+    loss_video = error.mean() if row_weight is None else (error * row_weight).sum() / row_weight.sum()
     return loss_video, F.mse_loss(v_audio.float(), x_audio - n_audio)
 
 
@@ -361,6 +368,12 @@ def train_dit(run: Run, data: dict, text: TextTable, model=None, tasks: dict | N
     begin = time.time()
     deadline = run.phase_deadline(args.dit_seconds, reserve=args.reserve_after_dit)
     losses, task_losses, step = [], [], 0
+
+    def row_weight(clips):  # --subject-weight: the rows that hold the shape weigh more in the video loss
+        if args.subject_weight == 1:
+            return None
+        return 1 + (args.subject_weight - 1) * data["subject"][clips].float()
+
     while time.time() < deadline and step < args.max_steps:
         idx = torch.randint(0, count, (n_t2va,), device=run.device, generator=generator)
         template = torch.randint(0, NUM_TEMPLATES, (n_t2va,), device=run.device, generator=generator)
@@ -368,7 +381,7 @@ def train_dit(run: Run, data: dict, text: TextTable, model=None, tasks: dict | N
         for group in optimizer.param_groups:
             group["lr"] = cosine_lr(step, 200, (time.time() - begin) / max(deadline - begin, 1), args.dit_lr)
         loss_video, loss_audio = flow_loss(run, model, data["video"][idx].float(), data["audio"][idx].float(),
-                                           embeds, layout, generator)
+                                           embeds, layout, generator, row_weight=row_weight(idx))
         # Each group's mean weighted by its samples: the loss is the mean over the whole batch.
         loss = (loss_video + args.audio_weight * loss_audio) * (n_t2va / args.dit_batch)
         task_step = {}
@@ -376,7 +389,7 @@ def train_dit(run: Run, data: dict, text: TextTable, model=None, tasks: dict | N
             ids = torch.randint(0, pool.count, (counts[name],), device=run.device, generator=generator)
             embeds_t, layout_t, cond, clip = pool.batch(ids)
             task_video, task_audio = flow_loss(run, model, data["video"][clip].float(), data["audio"][clip].float(),
-                                               embeds_t, layout_t, generator, cond)
+                                               embeds_t, layout_t, generator, cond, row_weight(clip))
             loss = loss + (task_video + args.audio_weight * task_audio) * (counts[name] / args.dit_batch)
             task_step[name] = task_video
         optimizer.zero_grad(set_to_none=True)
@@ -395,6 +408,8 @@ def train_dit(run: Run, data: dict, text: TextTable, model=None, tasks: dict | N
     save_weights(ema, run.out / FILES["dit"])
     run.mirror(FILES["dit"])
     extra = {"task_mix": {name: counts[name] for name in tasks}, "task_losses": task_losses} if tasks else {}
+    if args.subject_weight != 1:  # the logged video losses are then weighted too
+        extra["subject_weight"] = args.subject_weight
     run.note("dit", steps=step, seconds=round(time.time() - begin, 1), samples=step * args.dit_batch,
              final_video_mse=losses[-1][2] if losses else None, losses=losses, **extra)
     return ema
@@ -659,6 +674,9 @@ def parse_args(argv=None):
     p.add_argument("--dit-lr", type=float, default=8e-4)
     p.add_argument("--ema", type=float, default=0.998)
     p.add_argument("--audio-weight", type=float, default=0.5)
+    p.add_argument("--subject-weight", type=float, default=1.0,
+                   help="weight of the video rows that hold the shape in the flow loss, over the others' 1 (its "
+                        "corners are a few rows of 1,036: squares and triangles decode as blobs, TRAINING.md 5j)")
     p.add_argument("--teacher-steps", type=int, default=50)
     p.add_argument("--rollouts", type=int, default=3)
     p.add_argument("--rollout-batch", type=int, default=64)
@@ -673,7 +691,10 @@ def parse_args(argv=None):
     p.add_argument("--reserve-final", type=float, default=20)
     p.add_argument("--skip-checks", action="store_true")
     p.add_argument("--check-seconds", type=float, default=45, help="time the LoRA check needs")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.subject_weight > 0:
+        p.error(f"--subject-weight must be > 0, got {args.subject_weight}")
+    return args
 
 
 def main(argv=None) -> None:
