@@ -92,10 +92,9 @@ class PromptGuide:
             raise ModelLoadError(str(model_dir), [f"{GUIDE_FILE}: missing key {error}"]) from None
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as error:
             raise ModelLoadError(str(model_dir), [f"{GUIDE_FILE}: {error}"]) from None
-        return cls(model=str(data.get("model", name)), words=frozenset(lists["words"]),
-                   colours=frozenset(lists["colours"]), shapes=frozenset(lists["shapes"]),
-                   motion_words=frozenset(lists["motion_words"]), examples=tuple(lists["examples"]),
-                   synonyms={k.lower(): v for k, v in synonyms.items()})
+        lower = {key: frozenset(w.lower() for w in lists[key]) for key in _LISTS if key != "examples"}
+        return cls(model=str(data.get("model", name)), **lower, examples=tuple(lists["examples"]),
+                   synonyms={k.lower(): v for k, v in synonyms.items()})  # prompts are matched in lower case
 
     def check(self, prompt: str, conditioned: bool = False) -> PromptCheck:
         """`conditioned`: a keyframe or reference image comes with the prompt (fl2va, ref2va) and may give the
