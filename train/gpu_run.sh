@@ -93,6 +93,14 @@
 #            with the task mix on the shipped latents, new LoRAs, the decoder alone beside it; CK = out/ckl as above.
 #            Extra flags reach train_nano: `bash train/gpu_run.sh 22 --subject-weight 4` weighs the video rows that hold
 #            the shape 4x in the flow loss (TRAINING.md 5j: squares and triangles come out as blobs).
+#   stage 23: stage 22's transformer continuation twice, side by side on the one GPU: plain, and with
+#            --subject-weight ${SUBJECT_WEIGHT:-4}; no decoder. Each gets about half the steps stage 22 would, and the
+#            pair says whether the weighting moves the shape. $OUT: transformer_{plain,subject}.safetensors, and
+#            rest_{plain,subject}.tar (LoRAs, train_log.json, stdout.log). CPU after, per variant V:
+#            python -m train.checkpoint_from_model --out /tmp/V --no-text; tar xf rest_V.tar -C /tmp/V;
+#            cp transformer_V.safetensors /tmp/V/transformer.safetensors; python -m train.export_nano /tmp/V
+#            /tmp/nanoV --loras /tmp/lorasV; python -m train.verify_nano --model /tmp/nanoV --loras /tmp/lorasV
+#            --checks steering --prompts 40.
 # Usage (device): bash train/gpu_run.sh STAGE [extra train_nano flags]; carry .whl, data/layouts.pt.gz and CK (default
 # out/run3; out/run4 for stage 4; the folder the previous stage returned, with text.tar and the newest audio decoder as audio_vae.safetensors, for 6 and 7).
 set -euo pipefail
@@ -105,7 +113,7 @@ TABLE=/tmp/text/caption_embeds.pt
 common=(--out "$OUT" --mirror /tmp/ck --text-table "$TABLE" --dit-batch 64 --num-clips 3200 --check-prompts 20)
 CK=${CK:-out/run3}
 if [ "$stage" != 1 ] && [ "$stage" != 9 ] && [ "$stage" != 10 ] && [ "$stage" != 14 ] && [ "$stage" != 15 ] && [ "$stage" != 16 ] && [ "$stage" != 17 ] \
-   && [ "$stage" != 20 ] && [ "$stage" != 21 ] && [ "$stage" != 22 ]; then
+   && [ "$stage" != 20 ] && [ "$stage" != 21 ] && [ "$stage" != 22 ] && [ "$stage" != 23 ]; then
   [ -f "$TABLE" ] || tar xf "$CK/text.tar" -C /tmp
   [ -f /tmp/ck/transformer.safetensors ] || { mkdir -p /tmp/ck; cp "$CK"/*.safetensors "$CK/train_log.json" /tmp/ck/; }
 fi
@@ -290,6 +298,29 @@ case $stage in
   22)
     base=/tmp/ck22; tracked_ck "$base"
     CK=$base bash "$0" 19 "$@" ;;
+  23)
+    base=/tmp/ck23; tracked_ck "$base"
+    tar xf "$base/text.tar" -C /tmp
+    variant() {  # NAME [flags]: stage 19's transformer continuation (task mix, LoRAs, checks) in its own folders
+      rm -rf "/tmp/ck_$1" "/tmp/o_$1"; mkdir -p "/tmp/ck_$1" "/tmp/o_$1"
+      cp "$base"/*.safetensors "$base/train_log.json" "/tmp/ck_$1/"
+      timeout 585 python3 -m train.train_nano --out "/tmp/o_$1" --mirror "/tmp/ck_$1" --text-table "$TABLE" \
+        --dit-batch 64 --num-clips 1600 --check-prompts 20 --resume "/tmp/ck_$1" --phases dit,lora --audio-weight 1.0 \
+        --dit-lr 4e-4 --dit-seconds 600 --reserve-after-dit 215 --lora-seconds 70 --reserve-final 50 \
+        --check-seconds 45 --budget 560 --task-mix fl2va=0.3,ref2va=0.1 --task-table "$base/tasks.pt" "${@:2}" \
+        > "/tmp/o_$1/stdout.log" 2>&1
+    }
+    variant plain "$@" &
+    variant subject --subject-weight "${SUBJECT_WEIGHT:-4}" "$@" &
+    while [ "$(jobs -r | wc -l)" -gt 0 ]; do
+      sleep 30; tail -qn1 /tmp/o_plain/stdout.log /tmp/o_subject/stdout.log
+    done
+    wait
+    for v in plain subject; do
+      grep -h -i -E "steps=|check|followed" "/tmp/o_$v/stdout.log" | tail -6
+      cp "/tmp/o_$v/transformer.safetensors" "$OUT/transformer_$v.safetensors"
+      tar cf "$OUT/rest_$v.tar" -C "/tmp/o_$v" $(cd "/tmp/o_$v" && ls lora*.safetensors train_log.json stdout.log 2>/dev/null)
+    done ;;
   21)
     [ -f out/warm/t18/transformer.safetensors ] || { echo "no out/warm/t18: this machine did not run stage 20"; exit 3; }
     base=/tmp/ck21; tracked_ck "$base"

@@ -566,7 +566,7 @@ def train_lora(run: Run, model, text: TextTable, data: dict, student_steps: int,
         torch.nn.utils.clip_grad_norm_(lora.parameters(), 1.0)
         optimizer.step()
         if step % 10 == 0:
-            losses.append([step, round(time.time() - begin, 2), float(loss), k])
+            losses.append([step, round(time.time() - begin, 2), loss.item(), k])
         step += 1
     save_lora(lora, run.out / FILES[f"lora{student_steps}"], student_steps)
     run.mirror(FILES[f"lora{student_steps}"])
