@@ -240,7 +240,7 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     page.click("#h3-prompt-suggestion")
     page.wait_for_function("() => document.querySelector('#h3-prompt textarea').value"
                            " === 'a green square slides up on a textured background'")
-    page.wait_for_function("() => !document.querySelector('#h3-prompt-note').innerText.trim()")
+    page.wait_for_selector("#h3-prompt-note", state="hidden")
     pick(page, "h3-prompt-examples", "The red triangle floats up")
     page.wait_for_function("() => document.querySelector('#h3-prompt textarea').value"
                            " === 'The red triangle floats up over a grey backdrop.'")

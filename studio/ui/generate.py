@@ -114,7 +114,7 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
             prompt_err = gr.HTML("", js_on_load=None, elem_id="h3-prompt-error")
             # The loaded model's notes on the prompt as it is typed (engine/prompt_guide.py): a warning, never a refusal
             with gr.Row():
-                prompt_note = gr.HTML("", js_on_load=None, elem_id="h3-prompt-note")
+                prompt_note = gr.HTML("", js_on_load=None, visible=False, elem_id="h3-prompt-note")
                 use_suggestion = gr.Button("Use the suggested prompt", size="sm", visible=False, scale=0,
                                            elem_id="h3-prompt-suggestion")
             examples = gr.Dropdown(options.get("prompt_examples", []), value=None, label=EXAMPLES_LABEL,
@@ -199,8 +199,8 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
     def check_prompt(text):
         check = service.prompt_check(text) if text and text.strip() else None
         if not check or check["clean"]:
-            return "", gr.update(visible=False)
-        return prompt_note_html(check), gr.update(visible=bool(check["suggestion"]))
+            return gr.update(value="", visible=False), gr.update(visible=False)  # no empty box takes room
+        return gr.update(value=prompt_note_html(check), visible=True), gr.update(visible=bool(check["suggestion"]))
 
     def suggested(text):
         check = service.prompt_check(text) if text else None
