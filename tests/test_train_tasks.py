@@ -265,9 +265,10 @@ def test_task_images_reach_the_engine_unchanged(nano_components, one_torch_threa
 def test_a_few_training_steps_with_the_task_mix_run_and_stay_finite(tmp_path, nano_components, one_torch_thread):
     """train_dit with --task-mix fl2va=0.34,ref2va=0.17 on a batch of 6 (3 t2va, 2 fl2va, 1 ref2va): three steps of a
     tiny transformer on random latents; every loss is finite, the weights move, the log has the per-task losses."""
+    from train.latents import TextTable
     from train.run import Run
     from train.tasks import parse_mix, plan_samples
-    from train.train_nano import TextTable, parse_args, train_dit
+    from train.train_nano import parse_args, train_dit
 
     planned = plan_samples(2, 1, seed=11, subject_free=0.5)
     table = build_table(components=nano_components, samples=planned, log_every=0)
