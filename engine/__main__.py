@@ -236,6 +236,9 @@ def _info(args) -> int:
         "parameters": components.parameter_counts(),
         "tokens": {str(seconds): token_counts(geometry, seconds) for seconds in (5.0, 10.0, 14.375)},
         "sparse_attention_kernel": sparse_kernel_of(components),  # reference (CPU), triton or cudnn
+        # the words the model was trained on (a prompt_guide.toml), so a user sees what it can follow; None: any text
+        "prompt_guide": None if components.prompt_guide is None else {
+            "words": sorted(components.prompt_guide.words), "examples": list(components.prompt_guide.examples)},
         "memory": _memory(args),
     }, indent=2, default=str))
     return 0

@@ -173,6 +173,8 @@ def test_nano_loads_offline_in_a_fresh_process():
     assert info["name"] == "h3-nano" and info["config"]["text_encoder_layers"] >= 51
     assert info["tokens"]["5.0"]["frames"] == 124 and info["tokens"]["5.0"]["width"] == 224
     assert info["sparse_attention_kernel"] == "reference"  # CPU: the exact torch reference, whatever the backend
+    assert "textured" in info["prompt_guide"]["words"] and "checkered" not in info["prompt_guide"]["words"]
+    assert len(info["prompt_guide"]["examples"]) == 8
 
 
 def _broken_checkpoint(tmp_path):
