@@ -18,7 +18,7 @@ from engine.errors import RequestError
 from studio.auth import Accounts
 from studio.roles import Forbidden
 from studio.service import ServiceUnavailable, StudioService
-from studio.ui.common import actor_of, error_html, username
+from studio.ui.common import actor_of, error_html, error_slot, text_field, username
 from studio.ui.generate import tier_choices, tier_rows
 
 PASTED = "(the prompts pasted below)"
@@ -36,30 +36,23 @@ def build_campaigns_tab(service: StudioService, accounts: Accounts | None = None
         with gr.Column():
             name = gr.Textbox(label="Name (optional)", elem_id="h3-campaign-name")
             tier = gr.Dropdown([], label="Tier to review", elem_id="h3-campaign-tier")
-            tier_err = gr.HTML("", js_on_load=None, elem_id="h3-campaign-tier-error")
+            tier_err = error_slot("h3-campaign-tier")
             suite = gr.Dropdown(_suite_choices(service), value=PASTED, label="Prompt suite (assets/prompts)",
                                 elem_id="h3-campaign-suite")
             prompts = gr.Textbox(label="Prompts, one per line (# starts a comment)", lines=4,
                                  elem_id="h3-campaign-prompts")
-            prompts_err = gr.HTML("", js_on_load=None, elem_id="h3-campaign-prompts-error")
-            seeds = gr.Textbox("0", label="Seeds (comma separated): every prompt runs once per seed",
-                               elem_id="h3-campaign-seeds")
-            seeds_err = gr.HTML("", js_on_load=None, elem_id="h3-campaign-seeds-error")
+            prompts_err = error_slot("h3-campaign-prompts")
+            seeds, seeds_err = text_field("Seeds (comma separated): every prompt runs once per seed",
+                                          "h3-campaign-seeds", value="0")
         with gr.Column():
-            duration = gr.Textbox("", label="Duration in s", placeholder="empty: the model's default",
-                                  elem_id="h3-campaign-duration")
-            duration_err = gr.HTML("", js_on_load=None, elem_id="h3-campaign-duration-error")
-            short_edge = gr.Textbox("", label="Short edge in px", placeholder="empty: the model's default",
-                                    elem_id="h3-campaign-short-edge")
-            short_edge_err = gr.HTML("", js_on_load=None, elem_id="h3-campaign-short-edge-error")
-            steps = gr.Textbox("", label="Steps override for the tier", placeholder="empty: the tier's own",
-                               elem_id="h3-campaign-steps")
-            steps_err = gr.HTML("", js_on_load=None, elem_id="h3-campaign-steps-error")
-            baseline_steps = gr.Textbox("", label="Steps override for the baseline", placeholder="empty: 50",
-                                        elem_id="h3-campaign-baseline-steps")
-            baseline_steps_err = gr.HTML("", js_on_load=None, elem_id="h3-campaign-baseline-steps-error")
+            duration, duration_err = text_field("Duration in s", "h3-campaign-duration", "empty: the model's default")
+            short_edge, short_edge_err = text_field("Short edge in px", "h3-campaign-short-edge",
+                                                    "empty: the model's default")
+            steps, steps_err = text_field("Steps override for the tier", "h3-campaign-steps", "empty: the tier's own")
+            baseline_steps, baseline_steps_err = text_field("Steps override for the baseline",
+                                                            "h3-campaign-baseline-steps", "empty: 50")
     start = gr.Button("Start campaign", variant="primary", elem_id="h3-campaign-start")
-    general_err = gr.HTML("", js_on_load=None, elem_id="h3-campaign-error")
+    general_err = error_slot("h3-campaign")
     progress = gr.HTML(progress_html(service), js_on_load=None, elem_id="h3-campaign-progress")
     with gr.Row():
         chosen = gr.Dropdown([], label="Campaign", elem_id="h3-campaign-pick", scale=4)

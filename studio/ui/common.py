@@ -19,6 +19,17 @@ def error_html(field: str | None, message: str) -> str:
     return f"<div class='h3-error' role='alert'>⚠ {where}{html.escape(message)}</div>"
 
 
+def error_slot(elem_id: str) -> gr.HTML:
+    """The empty slot (`<elem_id>-error`) under an input where an error naming its field is shown (error_html)."""
+    return gr.HTML("", js_on_load=None, elem_id=f"{elem_id}-error")
+
+
+def text_field(label: str, elem_id: str, placeholder: str = "", value: str = "") -> tuple[gr.Textbox, gr.HTML]:
+    """A text box and its error slot. Text, not gr.Number: a number box cannot be empty, and empty means "the
+    default" in these forms."""
+    return gr.Textbox(value, label=label, placeholder=placeholder, elem_id=elem_id), error_slot(elem_id)
+
+
 def pair_label(pair) -> str:
     prompt = pair.prompt if len(pair.prompt) <= 40 else pair.prompt[:39] + "…"
     return f"{pair.tier} · “{prompt}” · seed {pair.seed} · {pair.created_at:%m-%d %H:%M} · {pair.id[-6:]}"

@@ -19,6 +19,7 @@ import numpy as np
 
 from engine.conditioning import IMAGE_FORMATS, MAX_REFERENCES
 from engine.errors import RequestError
+from studio.ui.common import error_slot
 
 NANO_NOTE = ("The embedded nano was trained for these tasks: it starts from a first frame (within 16 px on 20 of 20 "
              "held-out prompts) and takes a reference's colour, not its shape.")
@@ -34,11 +35,11 @@ def build_input_fields() -> dict[str, Any]:
             first = gr.File(label="First frame", file_types=FILE_TYPES, elem_id="h3-first-frame")
             last = gr.File(label="Last frame", file_types=FILE_TYPES, elem_id="h3-last-frame")
         with gr.Row():
-            first_err = gr.HTML("", js_on_load=None, elem_id="h3-first-frame-error")
-            last_err = gr.HTML("", js_on_load=None, elem_id="h3-last-frame-error")
+            first_err = error_slot("h3-first-frame")
+            last_err = error_slot("h3-last-frame")
         references = gr.File(label="Reference images", file_count="multiple", file_types=FILE_TYPES,
                              elem_id="h3-references")
-        references_err = gr.HTML("", js_on_load=None, elem_id="h3-references-error")
+        references_err = error_slot("h3-references")
     return {"first": first, "last": last, "references": references,
             "slots": {"first_frame": first_err, "last_frame": last_err, "references": references_err}}
 

@@ -22,7 +22,7 @@ from studio.auth import Accounts
 from studio.jobs import CANCELLED_MESSAGE, QueueFull
 from studio.roles import Actor, Forbidden
 from studio.service import ServiceUnavailable, StudioService
-from studio.ui.common import actor_of, error_html, random_badge, username
+from studio.ui.common import actor_of, error_html, error_slot, random_badge, text_field, username
 from studio.ui.conditioning import build_input_fields, input_slot, upload_inputs
 from studio.ui.media import MediaDir
 from studio.ui.panels import pair_summary_html
@@ -111,7 +111,7 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
     with gr.Row():
         with gr.Column(scale=3):
             prompt = gr.Textbox(label="Prompt", lines=3, placeholder=_placeholder(options), elem_id="h3-prompt")
-            prompt_err = gr.HTML("", js_on_load=None, elem_id="h3-prompt-error")
+            prompt_err = error_slot("h3-prompt")
             # The loaded model's notes on the prompt as it is typed (engine/prompt_guide.py): a warning, never a refusal
             with gr.Row():
                 prompt_note = gr.HTML("", js_on_load=None, visible=False, elem_id="h3-prompt-note")
@@ -127,31 +127,28 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
                 aspect = gr.Dropdown([*options["aspect_ratios"], "auto"], value="16:9", label="Aspect ratio",
                                      elem_id="h3-aspect")
             with gr.Row():
-                duration_err = gr.HTML("", js_on_load=None, elem_id="h3-duration-error")
-                aspect_err = gr.HTML("", js_on_load=None, elem_id="h3-aspect-error")
+                duration_err = error_slot("h3-duration")
+                aspect_err = error_slot("h3-aspect")
             with gr.Row():
                 seed = gr.Number(42, precision=0, label="Seed (same for both clips)", elem_id="h3-seed", scale=4)
                 randomise = gr.Button("Random seed", scale=1, size="sm", elem_id="h3-randomise")
-            seed_err = gr.HTML("", js_on_load=None, elem_id="h3-seed-error")
+            seed_err = error_slot("h3-seed")
             tier = gr.Dropdown([], label="Accelerated tier (compared against the baseline)", elem_id="h3-tier")
-            tier_err = gr.HTML("", js_on_load=None, elem_id="h3-tier-error")
+            tier_err = error_slot("h3-tier")
             with gr.Accordion("Advanced", open=False, elem_id="h3-advanced"):
-                # Text, not gr.Number: a number box cannot be empty, and empty means "the default" here.
-                short_edge = gr.Textbox("", label="Short edge in px", placeholder="empty: the model's default",
-                                        elem_id="h3-short-edge")
-                short_edge_err = gr.HTML("", js_on_load=None, elem_id="h3-short-edge-error")
-                steps = gr.Textbox("", label="Steps override for the tier", elem_id="h3-steps",
-                                   placeholder="empty: the tier's own steps")
-                steps_err = gr.HTML("", js_on_load=None, elem_id="h3-steps-error")
-                baseline_steps = gr.Textbox("", label="Steps override for the baseline", elem_id="h3-baseline-steps",
-                                            placeholder="empty: the baseline's 50 (fewer: quick looks and tests)")
-                baseline_steps_err = gr.HTML("", js_on_load=None, elem_id="h3-baseline-steps-error")
+                short_edge, short_edge_err = text_field("Short edge in px", "h3-short-edge",
+                                                        "empty: the model's default")
+                steps, steps_err = text_field("Steps override for the tier", "h3-steps",
+                                              "empty: the tier's own steps")
+                baseline_steps, baseline_steps_err = text_field(
+                    "Steps override for the baseline", "h3-baseline-steps",
+                    "empty: the baseline's 50 (fewer: quick looks and tests)")
                 force = gr.Checkbox(False, label="Force a tier refused for ghosting risk (to review the ghosting)")
             uploads = build_input_fields()  # fl2va keyframes / ref2va references
             with gr.Row():
                 go = gr.Button("Generate pair", variant="primary", elem_id="h3-generate")
                 cancel = gr.Button("Cancel", variant="stop", elem_id="h3-cancel")
-            general_err = gr.HTML("", js_on_load=None, elem_id="h3-generate-error")
+            general_err = error_slot("h3-generate")
         with gr.Column(scale=2):
             tier_card = gr.HTML(tier_card_html([], None, options["default_duration"]), js_on_load=None,
                                 elem_id="h3-tier-card")

@@ -15,7 +15,7 @@ import gradio as gr
 from db.errors import StoreError
 from studio.blind import ANSWER_LABELS, reveal_text
 from studio.service import StudioService
-from studio.ui.common import completed_pair_dropdown, error_html, username
+from studio.ui.common import completed_pair_dropdown, error_html, error_slot, username
 from studio.ui.media import MediaDir
 from studio.ui.panels import config_html, suggestion_html
 
@@ -37,7 +37,7 @@ def build_review_tab(service: StudioService, media: MediaDir | None = None) -> d
                    elem_id="h3-review-info")
     identity = gr.Markdown("", elem_id="h3-review-identity")
     name = gr.Textbox(label="Your name (required: the studio runs without sign-in)", elem_id="h3-reviewer")
-    name_err = gr.HTML("", js_on_load=None, elem_id="h3-reviewer-error")
+    name_err = error_slot("h3-reviewer")
     blind = gr.Checkbox(False, elem_id="h3-blind", label="Blind A/B review: the two clips as A and B in a random "
                         "order; which was which is shown once your verdict is saved (don't look in Compare first)")
     with gr.Group(visible=False) as blind_box:
@@ -46,19 +46,19 @@ def build_review_tab(service: StudioService, media: MediaDir | None = None) -> d
             video_b = gr.Video(label="B", interactive=False, elem_id="h3-blind-b")
         answer = gr.Radio([(label, value) for value, label in ANSWER_LABELS.items()], label="Your answer",
                           elem_id="h3-blind-answer")
-        answer_err = gr.HTML("", js_on_load=None, elem_id="h3-blind-answer-error")
+        answer_err = error_slot("h3-blind-answer")
     blind_state = gr.State(None)  # the open blind review's id
     with gr.Group() as named_box:
         decision = gr.Radio(DECISION_LABELS, label="Verdict", elem_id="h3-decision")
-        decision_err = gr.HTML("", js_on_load=None, elem_id="h3-decision-error")
+        decision_err = error_slot("h3-decision")
     reasons = gr.CheckboxGroup(reasons_all, label="Reasons (what you saw)", elem_id="h3-reasons")
-    reasons_err = gr.HTML("", js_on_load=None, elem_id="h3-reasons-error")
+    reasons_err = error_slot("h3-reasons")
     notes = gr.Textbox(label="Notes", lines=2, elem_id="h3-notes",
                        placeholder="e.g. faint second copy of the kite trailing it from frame 40")
-    notes_err = gr.HTML("", js_on_load=None, elem_id="h3-notes-error")
+    notes_err = error_slot("h3-notes")
     change_note = gr.Textbox(label="Change note (required to correct or withdraw your earlier verdict on this pair)",
                              elem_id="h3-change-note")
-    change_note_err = gr.HTML("", js_on_load=None, elem_id="h3-change-note-error")
+    change_note_err = error_slot("h3-change-note")
     with gr.Row():
         submit = gr.Button("Record verdict", variant="primary", elem_id="h3-record-verdict")
         blind_save = gr.Button("Save blind verdict", variant="primary", visible=False, elem_id="h3-blind-save")
