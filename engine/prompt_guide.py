@@ -24,7 +24,9 @@ from engine.errors import ModelLoadError
 GUIDE_FILE = "prompt_guide.toml"
 _WORD = re.compile(r"[a-z]+")
 _LISTS = ("words", "colours", "shapes", "motion_words", "examples")
-CLOSE_MATCH = 0.75  # difflib ratio for a typo's suggestion: "squre" → "square", not "bounce" → "bounces" (a synonym)
+# A typo's suggestion: a known word of 4+ letters, the same first letter, at most one letter longer or shorter, and
+# this close by difflib's ratio ("squre" → "square", "circles" → "circle"); not "light" → "right", "top" → "to".
+CLOSE_MATCH = 0.8
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,7 @@ class PromptGuide:
         words = _WORD.findall(prompt.lower())
         unknown: list[tuple[str, str | None]] = []
         for word in dict.fromkeys(w for w in words if w not in self.words):  # each once, in prompt order
-            close = difflib.get_close_matches(word, sorted(self.words), n=1, cutoff=CLOSE_MATCH)
-            unknown.append((word, self.synonyms.get(word) or (close[0] if close else None)))
+            unknown.append((word, self.synonyms.get(word) or self._typo_of(word)))
         named = set(words) | {w for _, s in unknown if s for w in s.split()}  # a synonym names what it stands for
         missing = [] if conditioned else [
             kind for kind, vocab in (("colour", self.colours), ("shape", self.shapes), ("motion", self.motion_words))
@@ -114,6 +115,12 @@ class PromptGuide:
             suggestion = re.sub(r"[A-Za-z]+", lambda m: _same_case(m.group(0), replace.get(m.group(0).lower())),
                                 prompt)
         return PromptCheck(self.model, unknown, missing, suggestion)
+
+    def _typo_of(self, word: str) -> str | None:
+        """The known word `word` most likely misspells (CLOSE_MATCH), or None."""
+        near = [w for w in sorted(self.words) if len(w) >= 4 and w[0] == word[0] and abs(len(w) - len(word)) <= 1]
+        close = difflib.get_close_matches(word, near, n=1, cutoff=CLOSE_MATCH)
+        return close[0] if close else None
 
 
 def _same_case(word: str, replacement: str | None) -> str:

@@ -55,6 +55,14 @@ def test_unknown_words_are_named_with_a_replacement_where_one_is_known(guide):
     assert "'checkered' (try 'textured')" in notes and "cannot follow" in notes
 
 
+@pytest.mark.parametrize("word, replacement", [
+    ("circles", "circle"), ("move", "moves"), ("trianlge", "triangle"), ("gren", "green"), ("an", "a"),
+    ("light", None), ("top", None), ("orange", None),  # a different word is not a typo of a known one
+])
+def test_typos_and_plurals_get_the_known_word_other_words_none(guide, word, replacement):
+    assert guide.check(f"a red square {word}").unknown == [(word, replacement)]
+
+
 def test_a_word_without_a_replacement_gets_no_rewrite(guide):
     check = guide.check("a red kite dips over a windy beach")
     assert [w for w, _ in check.unknown] == ["kite", "dips", "windy", "beach"]

@@ -38,7 +38,7 @@ WORD = re.compile(r"[a-z]+")
 SYNONYMS = {
     "checkered": "textured", "chequered": "textured", "checkerboard": "textured", "checked": "textured",
     "patterned": "textured", "tiled": "textured",
-    "gray": "grey", "navy": "dark blue", "violet": "purple",
+    "gray": "grey", "navy": "dark blue", "violet": "purple", "an": "a",
     "ball": "circle", "disc": "circle", "disk": "circle", "dot": "circle", "box": "square",
     "bounce": "bounces", "bouncy": "bouncing", "jumps": "bounces", "jumping": "bouncing",
     "rising": "rises", "falling": "falls", "sinking": "sinks", "sliding": "slides", "moving": "moves",
