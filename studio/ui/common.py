@@ -20,8 +20,9 @@ def error_html(field: str | None, message: str) -> str:
 
 
 def error_slot(elem_id: str) -> gr.HTML:
-    """The empty slot (`<elem_id>-error`) under an input where an error naming its field is shown (error_html)."""
-    return gr.HTML("", js_on_load=None, elem_id=f"{elem_id}-error")
+    """The slot (`<elem_id>-error`) under an input where an error naming its field is shown (error_html); hidden
+    while empty (page.py's CSS, `.h3-slot`), so a form without errors has no gaps."""
+    return gr.HTML("", js_on_load=None, elem_id=f"{elem_id}-error", elem_classes=["h3-slot"])
 
 
 def text_field(label: str, elem_id: str, placeholder: str = "", value: str = "") -> tuple[gr.Textbox, gr.HTML]:

@@ -29,6 +29,7 @@ from studio.ui.review import build_review_tab
 
 CSS = PLAYER_CSS + """
 .h3-error { color: var(--error-text-color, #b91c1c); font-size: 0.9em; margin-top: -4px; }
+.h3-slot:has(.prose:empty) { display: none; }  /* a message slot takes room only while it shows something */
 .h3-panel { padding: 8px 10px; border: 1px solid var(--border-color-primary); border-radius: 8px; }
 .h3-table { border-collapse: collapse; margin: 4px 0 8px; font-size: 0.92em; }
 .h3-table { width: auto !important; }
