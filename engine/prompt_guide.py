@@ -24,6 +24,7 @@ from engine.errors import ModelLoadError
 GUIDE_FILE = "prompt_guide.toml"
 _WORD = re.compile(r"[a-z]+")
 _LISTS = ("words", "colours", "shapes", "motion_words", "examples")
+NOTE_WORDS = 12  # unknown words a note lists by name (a pasted paragraph would otherwise fill the screen)
 # A typo's suggestion: a known word of 4+ letters, the same first letter, at most one letter longer or shorter, and
 # this close by difflib's ratio ("squre" → "square", "circles" → "circle"); not "light" → "right", "top" → "to".
 CLOSE_MATCH = 0.8
@@ -48,7 +49,8 @@ class PromptCheck:
         """One sentence per problem, for a person."""
         notes = []
         if self.unknown:
-            words = ", ".join(f"'{w}'" + (f" (try '{s}')" if s else "") for w, s in self.unknown)
+            words = ", ".join(f"'{w}'" + (f" (try '{s}')" if s else "") for w, s in self.unknown[:NOTE_WORDS])
+            words += f" and {len(self.unknown) - NOTE_WORDS} more" if len(self.unknown) > NOTE_WORDS else ""
             notes.append(f"Unknown to {self.model}: {words}. It learnt only its training captions' words, so it "
                          "cannot follow what these name.")
         if self.missing:

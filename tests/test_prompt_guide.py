@@ -71,6 +71,14 @@ def test_a_word_without_a_replacement_gets_no_rewrite(guide):
     assert check.to_dict()["unknown_words"] == ["kite", "dips", "windy", "beach"]
 
 
+def test_a_long_prompt_names_its_first_unknown_words_and_counts_the_rest(guide):
+    words = [f"word{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(40)]
+    check = guide.check(" ".join(words))
+    note = check.notes()[0]
+    assert len(check.unknown) == 40 and f"'{words[11]}'" in note and f"'{words[12]}'" not in note
+    assert "and 28 more" in note
+
+
 def test_a_prompt_in_its_words_that_names_no_subject_is_told_so(guide):
     check = guide.check("A shape moves up on a grey background.")  # the ref2va captions' wording
     assert check.unknown == [] and check.missing == ["colour", "shape"] and not check.clean
