@@ -1,9 +1,9 @@
 """Write the nano's prompt guide: the words its training captions use, with examples and synonyms.
 
 The nano's text conditioning was trained on the captions of train/dataset.py only. A word that never appears there
-(say "checkered") reaches the transformer as byte pieces it never saw, and the clip is often noise. The engine reads
-this guide (engine/prompt_guide.py) to name such words before a request runs; the weights do not depend on it, so
-its `.toml` suffix keeps it out of the model id.
+(say "checkered") reaches the transformer as byte pieces it never saw, and what it names is lost (TRAINING.md §5k).
+The engine reads this guide (engine/prompt_guide.py) to name such words before a request runs; the weights do not
+depend on it, so its `.toml` suffix keeps it out of the model id.
 
     python -m train.prompt_guide            # writes assets/nano/prompt_guide.toml and assets/prompts/nano_heldout.txt
     python -m train.prompt_guide --check    # exit 1 if either file differs from what the dataset gives

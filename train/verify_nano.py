@@ -190,7 +190,7 @@ def check_vocabulary(clips: Clips, count: int) -> dict:
             row[way] = {"prompt": text, "ok": tr.colour == content[0] and tr.motion == content[2],
                         "shape_ok": tr.shape == content[1], "background_ok": background == content[3],
                         "tracked": [tr.colour, tr.shape, tr.motion, background],
-                        "unknown_named": guide.check(text).to_dict()["unknown_words"] if guide else None}
+                        "unknown_named": [w for w, _ in guide.check(text).unknown] if guide else None}
         rows.append(row)
     result: dict = {"per_prompt": rows}
     for way in ("captioned", "adjective", "synonym"):
