@@ -235,6 +235,9 @@ class ConfigurationObject(_Body):
     rejects: int
     distinct_accepted_prompts: int
     accepted_prompts: list[str]
+    accepted_prompts_with_unknown_words: list[str] = Field(
+        default_factory=list, description="accepted prompts with words the model was never trained on (its prompt "
+                                          "guide); clips of those say little about the tier. Not part of the rule")
     accepting_reviewers: list[str]
     versions: int
     blind: dict[str, Any] = Field(default_factory=dict, description="how often blind reviewers told the clips apart")

@@ -514,12 +514,24 @@ class StudioService:
 
     def list_configurations(self) -> list[dict[str, Any]]:
         """Every configuration with its tally and "approved" flag, most recently used first."""
-        return self.store.list_configurations()
+        return [self._with_unknown_words(config) for config in self.store.list_configurations()]
 
     def configuration(self, key: str) -> dict[str, Any]:
         """One configuration's tally, rule, verdict history and the coverage of the campaigns that review it
         (NotFound naming key)."""
-        return {**self.store.configuration_status(key), "campaigns": self.campaigns.coverage(key)}
+        return {**self._with_unknown_words(self.store.configuration_status(key)),
+                "campaigns": self.campaigns.coverage(key)}
+
+    def _with_unknown_words(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The configuration with `accepted_prompts_with_unknown_words`: accepted prompts in which the loaded model's
+        prompt guide finds words it was never trained on. Their clips show what the model makes of words it does
+        not know, so an approval resting on them says little about the tier; the rule itself is unchanged. Empty for
+        another model's configuration, or a model without a guide."""
+        flagged = []
+        if self._engine is not None and config["model_id"] == self._engine.model_id and self._engine.prompt_guide:
+            guide = self._engine.prompt_guide
+            flagged = [p for p in config["accepted_prompts"] if guide.check(p, conditioned=True).unknown]
+        return {**config, "accepted_prompts_with_unknown_words": flagged}
 
     @property
     def approval_rule(self) -> ApprovalRule:

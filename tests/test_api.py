@@ -223,10 +223,18 @@ def test_prompt_check_names_words_the_nano_never_learnt(studio):
                                      for p in body["examples"])
 
 
-def test_a_pair_carries_the_notes_on_its_prompt(studio, reviewed):
-    """PROMPTS are outside the nano's captions: every pair says which words it did not know."""
+def test_a_pair_and_its_configuration_carry_the_notes_on_its_prompt(studio, reviewed):
+    """PROMPTS are outside the nano's captions: every pair says which words it did not know, and so does the
+    configuration they approved."""
     pair = studio.client.get(f"/v1/pairs/{reviewed.pairs[0]['id']}").json()
     assert any("'kite'" in note for note in pair["prompt_notes"]), pair["prompt_notes"]
+    # The approved configuration rests on prompts the nano cannot follow: it says so (the rule is unchanged).
+    configuration = studio.client.get(f"/v1/configurations/{pair['configuration_key']}").json()
+    assert configuration["approved"] and sorted(configuration["accepted_prompts_with_unknown_words"]) == \
+        sorted(configuration["accepted_prompts"])
+    listed = next(c for c in studio.client.get("/v1/configurations").json()["data"]
+                  if c["key"] == pair["configuration_key"])
+    assert listed["accepted_prompts_with_unknown_words"] == configuration["accepted_prompts_with_unknown_words"]
 
 
 def test_pair_round_trip_to_approved_export(studio, reviewed):

@@ -342,8 +342,10 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     open_tab(page, "Configurations")
     row = page.locator("#h3-config-table").get_by_role("row").filter(has_text=key[:12])
     row.get_by_text("approved", exact=True).wait_for()  # exact: not "not approved"
+    row.get_by_text("1 (1 with unknown words)").wait_for()  # "kite", "dips", "windy", "beach": not nano words
     row.get_by_text(key[:12]).click()
     page.wait_for_selector("#h3-config-history:has-text('e2e reviewer')")
+    page.wait_for_selector("#h3-config-detail:has-text('words the model does not know')")
     shot(page, "08_configurations")
 
     # Export: all approved pairs → a zip with both clips, the manifest and the checksums; download it.

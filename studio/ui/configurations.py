@@ -100,8 +100,15 @@ def _config_row(config: dict[str, Any]) -> list[Any]:
     tier_config = config["tier_config"]
     return [config["key"][:12], config["tier_name"], tier_config.get("steps"), config["duration_seconds"],
             "approved" if config["approved"] else "not approved", config["accepts"], config["rejects"],
-            config["distinct_accepted_prompts"], config["pair_count"], _told_apart(config["blind"]),
+            _prompts_text(config), config["pair_count"], _told_apart(config["blind"]),
             config["updated_at"][:19].replace("T", " ")]
+
+
+def _prompts_text(config: dict[str, Any]) -> str:
+    """The distinct accepted prompts, and how many of them have words the model does not know."""
+    unknown = len(config.get("accepted_prompts_with_unknown_words", []))
+    count = config["distinct_accepted_prompts"]
+    return f"{count} ({unknown} with unknown words)" if unknown else str(count)
 
 
 def _told_apart(blind: dict[str, Any]) -> str:
@@ -142,7 +149,14 @@ def _campaigns_html(campaigns: list[dict[str, Any]]) -> str:
 def _config_detail(config: dict[str, Any]) -> str:
     state = ("<span class='h3-badge'>approved</span>" if config["approved"] else
              "<span class='h3-warn'>not approved</span>")
-    prompts = "".join(f"<li>{html.escape(p)}</li>" for p in config["accepted_prompts"]) or "<li>none yet</li>"
+    unknown = set(config.get("accepted_prompts_with_unknown_words", []))
+    mark = " <span class='h3-warn'>words the model does not know</span>"
+    prompts = "".join(f"<li>{html.escape(p)}{mark if p in unknown else ''}</li>" for p in config["accepted_prompts"]) \
+        or "<li>none yet</li>"
+    if unknown:
+        prompts += (f"<li><i>{len(unknown)} of {len(config['accepted_prompts'])} accepted prompts have words the model "
+                    "was never trained on: their clips show what it makes of those words, not what the tier does "
+                    "(the approval rule counts them all the same).</i></li>")
     return (f"<div class='h3-panel'><b>{html.escape(config['tier_name'])}</b> {state} · key "
             f"<code>{config['key']}</code> · model {html.escape(config['model_id'])} · "
             f"{config['duration_seconds']} s · accepting reviewers: "
