@@ -327,6 +327,7 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     assert not _get(studio_url + f"v1/configurations/{key}")["approved"]  # the verdict below is what approves it
     open_tab(page, "Review")
     page.wait_for_selector("#h3-review-info:has-text('vs baseline')")
+    page.wait_for_selector("#h3-review-info:has-text(\"Unknown to h3-nano: 'kite'\")")  # before the verdict
     page.get_by_label("Accept").check()
     page.click("#h3-record-verdict")
     page.wait_for_selector("#h3-reviewer-error:has-text('is required')")

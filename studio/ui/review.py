@@ -241,8 +241,9 @@ def pair_panel(service: StudioService, pair_id: str | None) -> list[Any]:
              if config["versions"] else f"configuration <code>{view.configuration_key[:12]}</code>: no verdicts yet")
     suggestion = suggestion_html(view.metrics) if view.metrics_status == "ok" and view.metrics else (
         f"<p class='h3-suggestion'>No suggestion: {html.escape(view.metrics_message)}</p>")
+    notes = "".join(f"<br><span class='h3-warn'>prompt</span> {html.escape(note)}" for note in view.prompt_notes)
     panel = (f"<div class='h3-panel'><b>{html.escape(view.tier)}</b> vs baseline · “{html.escape(view.prompt)}” · "
-             f"seed {view.seed} · {tally}{suggestion}</div>{config_html(view)}")
+             f"seed {view.seed} · {tally}{notes}{suggestion}</div>{config_html(view)}")
     return [panel, _history_rows(service, pair_id)]
 
 
