@@ -443,9 +443,9 @@ def block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, keep_ra
         return block_sparse_attention_reference(q, k, v, video_start=video_start, valid_len=valid_len,
                                                 keep_ratio=keep_ratio, tile=tile, tile_indices=tile_indices)
     fallback_ok = not strict
-    if backend == "auto":  # ours is the fallback of "auto": a cudnn failure runs our kernel, even when strict
-        backend, fallback_ok = ("cudnn" if cudnn_bsa_unavailable(q, tile) is None else "triton"), True
-    if backend == "cudnn":
+    if backend == "auto":  # ours is the fallback of "auto": cudnn where it can run, else (even when strict) ours
+        backend, fallback_ok = "cudnn", True
+    if backend == "cudnn":  # `_cudnn_attention` checks `cudnn_bsa_unavailable` once and returns None to fall back
         out, tile_indices = _cudnn_attention(q, k, v, video_start, valid_len, keep_ratio, tile, tile_indices,
                                              not fallback_ok)
         if out is not None:

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from .peer_layout import PeerLayout, block_lists, block_sizes, from_peer, peer_layout, to_peer
+from .peer_layout import PeerLayout, block_lists, block_sizes, from_peer, peer_layout, to_peer, write_selected
 
 __all__ = ["CUDNN_BSA_HEAD_DIMS", "cudnn_block_sparse_attention", "cudnn_bsa_unavailable"]
 
@@ -100,8 +100,7 @@ def block_lists_reused(tile_indices: torch.Tensor, lay: PeerLayout) -> tuple[tor
         _LISTS[key] = (*block_lists(tile_indices, lay), block_sizes(lay).to(tile_indices.device))
         return _LISTS[key]
     counts, index, sizes = _LISTS[key]
-    ns = lay.n_sink_blocks
-    index[:, :, ns:, ns:ns + k] = torch.sort(tile_indices, dim=-1).values.int() + ns
+    write_selected(index, tile_indices, lay.n_sink_blocks)
     return counts, index, sizes
 
 

@@ -22,7 +22,7 @@ import torch
 from .tile_select import num_video_tiles
 
 __all__ = ["PeerLayout", "block_lists", "block_sizes", "from_peer", "key_valid", "peer_layout", "peer_rows",
-           "to_peer"]
+           "to_peer", "write_selected"]
 
 
 class PeerLayout(NamedTuple):
@@ -94,10 +94,18 @@ def block_lists(tile_indices: torch.Tensor, lay: PeerLayout) -> tuple[torch.Tens
     index = torch.zeros(B, H, nb, nb, dtype=torch.int32, device=dev)
     index[:, :, :ns] = torch.arange(nb, dtype=torch.int32, device=dev)
     index[:, :, ns:, :ns] = torch.arange(ns, dtype=torch.int32, device=dev)
-    index[:, :, ns:, ns:ns + k] = torch.sort(tile_indices, dim=-1).values.int() + ns
+    write_selected(index, tile_indices, ns)
     counts = torch.full((B, H, nb), ns + k, dtype=torch.int32, device=dev)
     counts[:, :, :ns] = nb
     return counts, index
+
+
+def write_selected(index: torch.Tensor, tile_indices: torch.Tensor, n_sink_blocks: int) -> None:
+    """Write the video query blocks' selected key blocks (ascending, after their sink blocks) into `index` in place:
+    the only part of `block_lists` that changes from call to call."""
+    k = tile_indices.shape[-1]
+    index[:, :, n_sink_blocks:, n_sink_blocks:n_sink_blocks + k] = \
+        torch.sort(tile_indices, dim=-1).values.int() + n_sink_blocks
 
 
 def to_peer(x: torch.Tensor, lay: PeerLayout) -> torch.Tensor:

@@ -172,7 +172,6 @@ def build_table(model: Path | None = None, fl2va: int = 1200, ref2va: int = 400,
 
 
 @torch.no_grad()
-@torch.no_grad()
 def condition_latents_batched(vae, images: list[np.ndarray], chunk: int = 64) -> list[torch.Tensor]:
     """`encode_vae_condition` of many same-size uint8 (H, W, 3) images, `chunk` per encoder pass: one image at a time
     took 200 s of a 600 s device call for 1,600 samples. Each image's posterior is sampled with the very noise
