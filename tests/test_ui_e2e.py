@@ -226,7 +226,8 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     set_number(page, "h3-duration", 5)
     page.wait_for_selector("#h3-tier-card:has-text('only for clips of ≥ 14 s')")
 
-    # An error names its field and sits next to the input it is about.
+    # An error names its field and sits next to the input it is about; the empty slot took no room before it.
+    assert not page.locator("#h3-prompt-error").is_visible() and not page.locator("#h3-seed-error").is_visible()
     page.click("#h3-generate")
     page.wait_for_selector("#h3-prompt-error:has-text('prompt')")
     shot(page, "02_field_error")
