@@ -59,7 +59,8 @@ def test_vision_tower_is_read_when_pixels_arrive(deep_checkpoint):
     vision = full.config.vision_config
     grid = torch.tensor([[1, 2 * vision.spatial_merge_size, 2 * vision.spatial_merge_size]])
     patches = int(grid.prod())
-    pixel_values = torch.randn(patches, vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2)
+    pixel_values = torch.randn(patches, vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2,
+                               generator=torch.Generator().manual_seed(0))
     image_tokens = patches // vision.spatial_merge_size ** 2
     ids = [3, full.config.vision_start_token_id] + [full.config.image_token_id] * image_tokens + [
         full.config.vision_end_token_id, 9]

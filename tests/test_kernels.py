@@ -87,12 +87,13 @@ def test_cpu_uses_reference_without_interpreter():
 
 
 def test_norm_modulate_reference_matches_diffusers_math():
+    g = torch.Generator().manual_seed(11)
     B, S, C = 2, 11, 64
-    x = torch.randn(B, S, C)
+    x = torch.randn(B, S, C, generator=g)
     norm = torch.nn.RMSNorm(C, eps=1e-5)
-    torch.nn.init.normal_(norm.weight)
-    shift, scale = torch.randn(6, 6 * C).chunk(6, dim=-1)[:2]
-    idx = torch.randint(0, 6, (S,))
+    torch.nn.init.normal_(norm.weight, generator=g)
+    shift, scale = torch.randn(6, 6 * C, generator=g).chunk(6, dim=-1)[:2]
+    idx = torch.randint(0, 6, (S,), generator=g)
     ref = norm(x) * (1.0 + scale.index_select(0, idx)) + shift.index_select(0, idx)
     got = norm_modulate(x, norm.weight, 1e-5, scale, shift, idx)
     assert (got - ref).abs().max().item() <= 1e-5
@@ -100,9 +101,10 @@ def test_norm_modulate_reference_matches_diffusers_math():
 
 
 def test_residual_gate_in_place():
-    x, h = torch.randn(1, 7, 16), torch.randn(1, 7, 16)
-    gate = torch.randn(6, 16)
-    idx = torch.randint(0, 6, (7,))
+    g = torch.Generator().manual_seed(7)
+    x, h = torch.randn(1, 7, 16, generator=g), torch.randn(1, 7, 16, generator=g)
+    gate = torch.randn(6, 16, generator=g)
+    idx = torch.randint(0, 6, (7,), generator=g)
     ref = x + gate.index_select(0, idx) * h
     y = residual_gate_(x, gate, idx, h)
     assert y is x and torch.allclose(x, ref, atol=1e-6)
@@ -111,13 +113,14 @@ def test_residual_gate_in_place():
 def test_qk_norm_rope_reference_matches_diffusers():
     from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed, _apply_rotary_emb
 
+    g = torch.Generator().manual_seed(13)
     B, S, H, D = 1, 13, 2, 128
-    cos, sin = MiniMaxH3RotaryPosEmbed(16)(torch.randint(0, 90, (S, 3)))
+    cos, sin = MiniMaxH3RotaryPosEmbed(16)(torch.randint(0, 90, (S, 3), generator=g))
     assert cos.shape == (S, 96)  # 96 of 128 channels rotate on the released config
-    q, k = torch.randn(B, S, H, D), torch.randn(B, S, H, D)
+    q, k = torch.randn(B, S, H, D, generator=g), torch.randn(B, S, H, D, generator=g)
     nq, nk = torch.nn.RMSNorm(D, eps=1e-5), torch.nn.RMSNorm(D, eps=1e-5)
-    torch.nn.init.normal_(nq.weight)
-    torch.nn.init.normal_(nk.weight)
+    torch.nn.init.normal_(nq.weight, generator=g)
+    torch.nn.init.normal_(nk.weight, generator=g)
     qo, ko = qk_norm_rope_reference(q, k, nq.weight, nk.weight, 1e-5, cos, sin)
     assert (qo - _apply_rotary_emb(nq(q), cos, sin)).abs().max().item() <= 1e-5
     assert (ko - _apply_rotary_emb(nk(k), cos, sin)).abs().max().item() <= 1e-5
@@ -125,17 +128,27 @@ def test_qk_norm_rope_reference_matches_diffusers():
 
 @pytest.mark.parametrize("S,vs,vl", [(200, 17, 200), (256, 0, 230), (300, 64, 257)])
 def test_attention_reference_keep1_is_dense(S, vs, vl):
-    q, k, v = (torch.randn(2, S, 3, 32) for _ in range(3))
+    g = torch.Generator().manual_seed(S + vs + vl)
+    D = 32
+    q, k, v = (torch.randn(2, S, 3, D, generator=g) for _ in range(3))
     out = bsa.block_sparse_attention(q, k, v, video_start=vs, valid_len=vl, keep_ratio=1.0)
     dense = F.scaled_dot_product_attention(*(t[:, :vl].transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
-    assert (out[:, :vl] - dense).abs().max().item() <= 1e-6
+    # Two fp32 computations of the same function (masked matmul + softmax over S keys, SDPA over vl) differ only by
+    # rounding, which scales with the values' size and the reductions' length: each output is a softmax-weighted sum
+    # of vl rows of v (|error| <~ sqrt(n) * eps * max|v| for n rounded terms, the usual probabilistic bound for an
+    # n-term fp32 sum, Higham & Mary 2019), after D-term dot products for the scores. A fixed 1e-6 failed one run in
+    # six (issue 42: 1.0133e-06; over 100 unseeded draws up to 1.49e-6). Over 900 seeded draws of these cases the
+    # error stayed <= 2.6 * eps * max|v| (this bound: 15-17 of them); a tile left out moves outputs by 0.39-0.67.
+    tol = math.sqrt(vl + D) * torch.finfo(torch.float32).eps * v[:, :vl].abs().max().item()
+    assert (out[:, :vl] - dense).abs().max().item() <= tol
     assert (out[:, vl:] == 0).all()
 
 
 def test_attention_reference_semantics_brute_force():
     # Independent check of the mask: per query row, softmax over exactly the allowed keys.
     S, vs, vl, tile, keep = 150, 10, 140, 16, 0.3
-    q, k, v = (torch.randn(1, S, 2, 16, dtype=torch.float64) for _ in range(3))
+    g = torch.Generator().manual_seed(150)
+    q, k, v = (torch.randn(1, S, 2, 16, dtype=torch.float64, generator=g) for _ in range(3))
     ti = sel.select_tiles_reference(q, k, vs, vl, keep, tile)
     out = bsa.block_sparse_attention_reference(q, k, v, video_start=vs, valid_len=vl, keep_ratio=keep, tile=tile,
                                                tile_indices=ti)
@@ -156,7 +169,8 @@ def test_attention_reference_semantics_brute_force():
 
 
 def test_select_tiles_shape_and_keep():
-    q, k = torch.randn(1, 64 * 10 + 30, 2, 32), torch.randn(1, 64 * 10 + 30, 2, 32)
+    g = torch.Generator().manual_seed(670)
+    q, k = torch.randn(1, 64 * 10 + 30, 2, 32, generator=g), torch.randn(1, 64 * 10 + 30, 2, 32, generator=g)
     ti = sel.select_tiles(q, k, 30, 64 * 10 + 30, 0.1)
     assert ti.shape == (1, 2, 10, 1) and ti.dtype == torch.long
     ti = sel.select_tiles(q, k, 30, 64 * 10 + 30, 0.25)
@@ -165,7 +179,7 @@ def test_select_tiles_shape_and_keep():
 
 
 def test_strict_mode_raises_instead_of_dense(monkeypatch):
-    q = torch.randn(1, 128, 2, 32)
+    q = torch.randn(1, 128, 2, 32, generator=torch.Generator().manual_seed(128))
     monkeypatch.setattr(bsa, "triton_path", lambda x: True)  # pretend these are GPU tensors
     monkeypatch.setattr(sel, "HAS_TRITON", False)  # ... on a machine whose Triton cannot run
     with pytest.raises(bsa.KernelUnavailable):
@@ -188,8 +202,10 @@ def test_no_recompile_across_lengths_within_bucket(impl, monkeypatch):
     fn = {1: bsa._bsa_fwd_kernel, 3: bsa._bsa_fwd3_kernel}[impl]
     binder = create_function_from_signature(fn.signature, fn.params, make_backend(GPUTarget("cuda", 90, 32)))
 
+    g = torch.Generator().manual_seed(4096)
+
     def key(S, vs, vl, keep, dtype=torch.bfloat16):
-        q = torch.randn(1, S, 2, 128).to(dtype)
+        q = torch.randn(1, S, 2, 128, generator=g).to(dtype)
         ti = sel.select_tiles_reference(q, q, vs, vl, keep, 64)
         kernel, grid, args, kwargs = bsa._attention_launch(q, q, q, torch.empty_like(q), vs, vl, 64, ti)
         assert kernel is fn  # impl 3's K/V descriptors hold valid_len in their shape; the key must not see it

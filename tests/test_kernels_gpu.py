@@ -1,6 +1,7 @@
 """GPU correctness of the Triton kernels at H3's real shapes (skipped without CUDA).
 
-bf16 inputs drawn fresh for every check, outputs pre-filled with NaN poison (every element must be written), and
+bf16 inputs drawn for every check from torch's global generator (conftest.py's seeded_global_rngs resets it before
+each test, so every run draws the same), outputs pre-filled with NaN poison (every element must be written), and
 references computed in fp64. Attention is checked against an fp64 softmax over exactly the allowed keys for sampled
 (head, query tile) pairs: sink tiles, the first / a middle / the last (partial) video tile.
 """

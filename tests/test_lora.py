@@ -387,16 +387,17 @@ def test_set_scale_is_linear_in_the_update():
 
 def test_bf16_merge_skipped_when_rounding_loses_the_update(tmp_path):
     """SGLang's rule: a layer whose bf16 merge would lose > half the update stays unmerged (on its hook)."""
-    model = nn.Sequential(nn.Linear(8, 8, bias=False)).to(torch.bfloat16)
-    a, b = torch.randn(2, 8) * 0.1, torch.randn(8, 2) * 0.1  # an update of a few ulps of a weight near 1
+    model = nn.Sequential(nn.Linear(8, 8, bias=False)).to(torch.bfloat16)  # its weight is overwritten below
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, 8, generator=g) * 0.1, torch.randn(8, 2, generator=g) * 0.1  # a few ulps of a weight near 1
     for big, expect_merged in ((1e4, 0), (1.0, 1)):
         with torch.no_grad():  # not exactly a power of two: the undo's recomputation is exact away from one
-            model[0].weight.copy_(big * (1.125 + 0.25 * torch.rand(8, 8)))
+            model[0].weight.copy_(big * (1.125 + 0.25 * torch.rand(8, 8, generator=g)))
         path = save(tmp_path, f"m{big}.safetensors", {"0.lora_A.weight": a, "0.lora_B.weight": b})
         adapter = load_lora(path, model)
         original = model[0].weight.clone()
         with adapter.apply(model) as handle:
-            x = torch.randn(3, 8).to(torch.bfloat16)
+            x = torch.randn(3, 8, generator=g).to(torch.bfloat16)
             hooked = model(x)
             assert handle.merge() == expect_merged
             if not expect_merged:
@@ -562,7 +563,7 @@ def test_fused_qkv_split_by_real_unequal_widths(tmp_path, fused_name):
     assert torch.allclose(got, want, atol=1e-6) and torch.allclose(got, manual, atol=1e-5)
 
     bad = dict(fused)
-    bad[f"blocks.0.attn.{fused_name}.lora_B.weight"] = torch.randn(30, RANK)
+    bad[f"blocks.0.attn.{fused_name}.lora_B.weight"] = torch.randn(30, RANK, generator=g)
     with pytest.raises(LoraError, match=r"expects A \(4, 16\) and B \(24, 4\)"):
         load_lora(save(tmp_path, "bad.safetensors", bad), toy)
 

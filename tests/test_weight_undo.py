@@ -44,16 +44,18 @@ def test_undo_keeps_negative_zero_and_refuses_mismatched_tensors():
 def test_a_patch_past_the_budget_is_refused():
     """The planner reserves `budget_bytes`: an update that swamps more than PATCH_FRACTION of a weight's elements
     gets no undo (the LoRA merge then leaves that layer on its hook)."""
-    before = (torch.randn(32, 32) * 1e-3).to(torch.bfloat16)
-    delta = torch.randn(32, 32)  # swamps almost every element
+    g = torch.Generator().manual_seed(1)
+    before = (torch.randn(32, 32, generator=g) * 1e-3).to(torch.bfloat16)
+    delta = torch.randn(32, 32, generator=g)  # swamps almost every element
     assert WeightUndo.record(before, _merge(before, delta), delta) is None
     assert WeightUndo.record(before, _merge(before, delta), delta, max_fraction=1.0) is not None
     assert PATCH_FRACTION < 1
 
 
 def test_a_different_delta_at_restore_is_caught_and_writes_nothing():
-    before = (torch.randn(16, 24) * 0.02).to(torch.bfloat16)
-    delta = torch.randn(16, 24) * 1e-3
+    g = torch.Generator().manual_seed(2)
+    before = (torch.randn(16, 24, generator=g) * 0.02).to(torch.bfloat16)
+    delta = torch.randn(16, 24, generator=g) * 1e-3
     after = _merge(before, delta)
     undo = WeightUndo.record(before, after, delta)
     weight = after.clone()
