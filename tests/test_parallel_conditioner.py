@@ -11,6 +11,9 @@ from engine.errors import RequestError
 from engine.parallel import ParallelEngine
 
 PAYLOAD = {"prompt": "a red circle moves left", "seed": 5, "steps": 2}
+# The sharded layers gather their halves and sum in another order than one process does: fp32 rounding, seen at
+# 1.05e-5 on CI's 2-core machine (the fixed 1e-5 failed there). The same bound as tests/test_parallel.py's runs.
+TOLERANCE = 5e-5
 
 
 def test_sharded_conditioner_gives_the_single_process_latents(nano_components):
@@ -18,7 +21,7 @@ def test_sharded_conditioner_gives_the_single_process_latents(nano_components):
     with ParallelEngine(world=2, device="cpu", stall_timeout_s=120, conditioner="sharded") as engine:
         result = engine.latents(dict(PAYLOAD))
     for name in ("video_rows", "audio_rows"):
-        assert (result[name] - reference[name]).abs().max().item() <= 1e-5
+        assert (result[name] - reference[name]).abs().max().item() <= TOLERANCE
 
 
 def test_an_unknown_conditioner_placement_is_refused():
