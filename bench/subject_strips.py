@@ -2,7 +2,7 @@
 
     python -m bench.subject_strips --corpus DIR [--out assets/subject_corpus/strips] [--only ID,ID]
 
-One PNG per pair, named by the pair id (bench/subject_labels.py's `pair_id`): band one holds frames 0-56, band two
+One JPEG per pair, named by the pair id (bench/subject_labels.py's `pair_id`): band one holds frames 0-56, band two
 frames 64-120; in each band the baseline row is on top and the candidate row under it, with the frame number
 printed on the baseline row. A person labels the pair from this image alone (no metric is shown on it).
 """
@@ -22,6 +22,7 @@ from studio.quality.clipio import read_clip
 ROOT = Path(__file__).resolve().parents[1]
 EVERY = 8
 PER_BAND = 8
+QUALITY = 80  # JPEG: 400 strips must stay small enough to commit and to travel with the tree (a PNG is ~10x)
 
 
 def prompt_index(prompt: str, suite: Path = ROOT / "assets/prompts/nano_heldout.txt") -> int:
@@ -71,7 +72,7 @@ def main() -> None:
             continue
         base = read_clip(args.corpus / pair["baseline"]).frames
         cand = read_clip(args.corpus / pair["candidate"]).frames
-        Image.fromarray(strip(base, cand)).save(args.out / f"{pair_id(pair)}.png", optimize=True)
+        Image.fromarray(strip(base, cand)).save(args.out / f"{pair_id(pair)}.jpg", quality=QUALITY)
         done += 1
         if done % 20 == 0:
             print(f"{done} strips", flush=True)
