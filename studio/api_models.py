@@ -118,6 +118,9 @@ class GateObject(_Body):
     value: float | None
     limit: float | list[float] | None = Field(description="a number, a [low, high] range, or null: not gated")
     passed: bool | None = Field(description="null: recorded only, or not evaluated (value missing)")
+    frames: list[int] | None = Field(None, description="[first, last] frame the gate is about (its worst window)")
+    frame: int | None = Field(None, description="the worst single frame there: where Compare jumps")
+    text: str | None = Field(None, description="what failed, in a reviewer's words (null when it passed)")
 
 
 class QualityMetrics(_Body):
@@ -129,6 +132,14 @@ class QualityMetrics(_Body):
     ghosting: bool
     ghost_score: float
     worst_frame: int | None = None
+    worst_by: str | None = Field(None, description="the failed gate worst_frame comes from; null: lowest SSIM")
+    ghost_peak_frame: int | None = None
+    subject_lost_frames: list[list[int]] | None = Field(None, description="[first, last] runs without the subject")
+    subject_present: float | None = None
+    subject_displacement_px: float | None = None
+    subject_fragments: float | None = None
+    subject_colour_delta: float | None = None
+    subject_flip: float | None = None
     per_frame: list[FrameMetrics]
     gates: dict[str, GateObject]
     suggested_verdict: Literal["accept", "reject"] = Field(description="a machine suggestion, never the verdict")

@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 W, H, T = 448, 256, 16
 SUMMARY_KEYS = {"frames", "ghosting", "ghost_score", "worst_frame", "psnr_mean", "ssim_mean", "lpips_delta",
                 "sharpness_ratio", "temporal_jitter_ratio", "audio", "per_frame", "gates", "suggested_verdict",
-                "suggestion_reasons", "lpips_reason", "flip", "flip_reason", "temporal_consistency"}
+                "suggestion_reasons", "lpips_reason", "flip", "flip_reason", "temporal_consistency", "worst_by",
+                "ghost_peak_frame", "subject_lost_frames", "subject_present", "subject_displacement_px",
+                "subject_fragments", "subject_colour_delta", "subject_flip"}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,8 @@ def test_identical_clips_pass_every_gate(base_frames, audio):
     assert summary["suggested_verdict"] == "accept"
     assert summary["gates"]["lpips_delta"]["passed"] is None  # not requested: reported, never silently passed
     assert summary["lpips_reason"] == "LPIPS not requested"
-    assert any("lpips_delta not evaluated" in r for r in summary["suggestion_reasons"])
+    assert summary["suggestion_reasons"][-1].startswith("Not measured: LPIPS (LPIPS not requested)")
+    assert summary["subject_lost_frames"] == [] and summary["subject_present"] == 1.0
     assert json.loads(json.dumps(summary)) == summary  # plain JSON, no numpy types or infinities
 
 
@@ -153,9 +156,10 @@ def test_gates_are_configurable(base_frames):
                                            lpips_delta_max=None, flip_mean_max=None, temporal_consistency_max=None))
     summary = comparison.summary()
     assert summary["gates"]["sharpness_ratio"] == {"value": summary["sharpness_ratio"], "limit": [0.95, 10.0],
-                                                   "passed": True}
+                                                   "passed": True, "frames": None, "frame": None, "text": None}
     assert summary["gates"]["lpips_delta"]["limit"] is None
-    assert summary["gates"]["flip"] == {"value": summary["flip"], "limit": None, "passed": None}
+    assert summary["gates"]["flip"] == {"value": summary["flip"], "limit": None, "passed": None, "frames": None,
+                                        "frame": None, "text": None}
     assert summary["gates"]["temporal_consistency"]["passed"] is None and summary["temporal_consistency"] > 0
     assert summary["suggested_verdict"] == "accept"
 
@@ -234,7 +238,7 @@ def test_lpips_values_when_a_model_is_available(base_frames):
     assert summary["lpips_reason"] is None and summary["lpips_delta"] > 0.04
     assert all(row["lpips"] > 0 for row in summary["per_frame"])
     assert summary["gates"]["lpips_delta"]["passed"] is False
-    assert any(r.startswith("lpips_delta") for r in summary["suggestion_reasons"])
+    assert any(r.startswith("LPIPS ") and r.endswith("over the clip") for r in summary["suggestion_reasons"])
 
 
 # -------------------------------------------------------------------------------------- reading clips

@@ -54,8 +54,9 @@ def test_flip_gate_and_identical_pair(base):
     assert identical["flip"] == 0.0 and identical["gates"]["flip"]["passed"] is True
     shifted = synth.colour_shift(base, (1.2, 0.95, 0.8), (10, 0, -10))
     strict = compare_clips(clip(base), clip(shifted), lpips=False, gates=Gates(flip_mean_max=0.05)).summary()
-    assert strict["gates"]["flip"] == {"value": strict["flip"], "limit": 0.05, "passed": False}
-    assert any(r.startswith("flip ") for r in strict["suggestion_reasons"])
+    assert strict["gates"]["flip"] == {"value": strict["flip"], "limit": 0.05, "passed": False, "frames": None,
+                                       "frame": None, "text": f"FLIP {strict['flip']:.3f} over the clip"}
+    assert f"FLIP {strict['flip']:.3f} over the clip" in strict["suggestion_reasons"]
     loose = compare_clips(clip(base), clip(shifted), lpips=False, gates=Gates(flip_mean_max=0.9)).summary()
     assert loose["gates"]["flip"]["passed"] is True
 
@@ -88,7 +89,7 @@ def test_flip_unavailable_is_null_with_reason(base, monkeypatch):
     assert summary["flip"] is None and summary["per_frame"][0]["flip"] is None
     assert "pip install flip-evaluator" in summary["flip_reason"]
     assert summary["gates"]["flip"]["passed"] is None
-    assert any(r.startswith("flip not evaluated") for r in summary["suggestion_reasons"])
+    assert summary["suggestion_reasons"][-1].startswith("Not measured:") and "FLIP (" in summary["suggestion_reasons"][-1]
     with pytest.raises(Exception, match="no FLIP maps"):
         comparison.flip_map(0)
 

@@ -3,7 +3,8 @@
 Data path: check (or, with align, reconcile) the pair -> one full-resolution pass per frame pair (PSNR, SSIM,
 sharpness, abs-diff, analysis planes) -> per-clip motion (flow-warping error, speed) -> temporal consistency
 (candidate against baseline, with the baseline's flow) -> ghost detector -> FLIP maps -> LPIPS -> audio -> gates
-(applied when the summary is built, so changing `gates` needs no recomputation).
+-> subject track (subject.py: the baseline's subject, measured in the candidate) -> gates (applied when the summary
+is built from the per-frame series, so changing `gates` needs no recomputation).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from .audio import AudioComparison, compare_audio
 from .clipio import ClipData
 from .errors import QualityError
 from .flip_metric import flip_available, flip_frame
-from .gates import GateInputs, Gates, evaluate
+from .gates import GateInputs, Gates, evaluate, worst_frame
 from .ghost import GhostParams, GhostResult, detect_ghosts
 from .lpips_metric import LpipsScorer, load_lpips
 from .metrics import BaselineMotionCache, frame_pass, jitter_ratio, motion, per_frame_jitter
+from .subject import SubjectTrack, track_subject
 from .temporal import temporal_consistency, temporal_errors
+from .windows import runs
 
 
 @dataclass
@@ -61,6 +64,7 @@ class Comparison:
     audio_reason: str | None = None
     gates: Gates = field(default_factory=Gates)
     notes: list[str] = field(default_factory=list)
+    subject: SubjectTrack | None = None
 
     @property
     def frames(self) -> int:
@@ -99,19 +103,59 @@ class Comparison:
         return None if self.lpips is None else float(self.lpips.mean())
 
     @property
+    def subject_flip(self) -> np.ndarray | None:
+        """float64 (T,): mean FLIP inside the baseline subject's box; None without FLIP or subject."""
+        if self.subject is None or self.flip_maps is None:
+            return None
+        return self.subject.region_mean(self.flip_maps)
+
+    @property
+    def ghost_near_subject(self) -> np.ndarray:
+        """float32 (T,): the ghost score where the detector's evidence lies near the baseline's subject (within the
+        subject search radius), 0 elsewhere: ghosting is a copy of a moving subject, and evidence far from it (a
+        textured background's false matches) is not one. Frames without a subject keep their score."""
+        scores = self.ghost.scores.astype(np.float32).copy()
+        if self.subject is None:
+            return scores
+        track = self.subject
+        h, w = track.masks.shape[1:]
+        radius = max(1, int(round(track.params.search * min(h, w))))
+        kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
+        for t in np.flatnonzero(scores > 0):
+            if not track.measured[t]:
+                continue
+            heat = self.ghost.heatmaps[t]
+            if heat.shape != (h, w):
+                heat = cv2.resize(heat, (w, h), interpolation=cv2.INTER_LINEAR)
+            near = cv2.dilate(track.masks[t].astype(np.uint8), kernel).astype(bool)
+            total = float(heat.sum())
+            if total <= 0 or float(heat[near].sum()) < 0.5 * total:
+                scores[t] = 0.0
+        return scores
+
+    @property
     def worst_frame(self) -> int:
-        """The frame a reviewer should look at first: the strongest ghost if ghosting, else the lowest SSIM."""
-        return int(np.argmax(self.ghost.scores)) if self.ghost.ghosting else int(np.argmin(self.ssim))
+        """The frame to look at first: the first failed gate's worst frame, else the lowest-SSIM frame."""
+        table, _, _ = evaluate(self._gate_inputs(), self.gates)
+        return worst_frame(table, int(np.argmin(self.ssim)))[0]
 
     def summary(self) -> dict[str, Any]:
-        """The JSON summary (see the CLI): headline numbers, gates, suggested verdict and per-frame rows."""
-        table, verdict, reasons = evaluate(self._gate_inputs(), self.gates)
+        """The JSON summary (see the CLI): headline numbers, gates, suggested verdict and per-frame rows. The
+        summary, the per-frame rows and the gates read the same series, so they name the same frames."""
+        inputs = self._gate_inputs()
+        table, verdict, reasons = evaluate(inputs, self.gates)
+        worst, worst_by = worst_frame(table, int(np.argmin(self.ssim)))
+        ghost = inputs.series["ghost_score"]
+        peak = int(np.argmax(ghost))
         jitter = self.temporal_jitter_ratio
         return {
             "frames": self.frames,
-            "ghosting": bool(self.ghost.ghosting),
-            "ghost_score": round(self.ghost.score, 4),
-            "worst_frame": self.worst_frame,
+            "ghosting": table["ghosting"]["value"] >= table["ghosting"]["limit"],  # flagged, failing or not
+            "ghost_score": round(float(ghost[peak]), 4),
+            "ghost_peak_frame": peak,
+            "worst_frame": worst,
+            "worst_by": worst_by,
+            **self._subject_summary(table),
             "psnr_mean": round(float(self.psnr.mean()), 3),
             "ssim_mean": round(float(self.ssim.mean()), 5),
             "lpips_delta": None if self.lpips_delta is None else round(self.lpips_delta, 5),
@@ -128,15 +172,40 @@ class Comparison:
             "lpips_reason": self.lpips_reason,
         }
 
+    def _subject_summary(self, table: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The subject figures a reviewer reads, as the gates measured them (worst windows)."""
+        return {
+            "subject_lost_frames": None if self.subject is None or not self.subject.measured.any()
+            else [list(span) for span in runs(self.subject.lost)],
+            "subject_present": table["subject_present"]["value"],
+            "subject_displacement_px": table["subject_moved"]["value"],
+            "subject_fragments": table["subject_fragments"]["value"],
+            "subject_colour_delta": table["subject_colour"]["value"],
+            "subject_flip": table["subject_flip"]["value"],
+        }
+
+    def _series(self) -> dict[str, np.ndarray]:
+        series: dict[str, np.ndarray] = {"ghost_score": self.ghost_near_subject.astype(np.float64)}
+        if self.flip is not None:
+            series["flip"] = self.flip.astype(np.float64)
+        if self.subject is not None:
+            track = self.subject
+            series.update(subject_present=track.present, subject_displacement_px=track.displacement_px,
+                          subject_fragments=np.maximum(track.fragments - track.base_fragments, 0),
+                          subject_colour_delta=track.colour_delta)
+            flip = self.subject_flip
+            if flip is not None:
+                series["subject_flip"] = flip
+        return series
+
     def _gate_inputs(self) -> GateInputs:
+        width, height = self.baseline.size
         return GateInputs(
             lpips_delta=None if self.lpips_delta is None else round(self.lpips_delta, 5),
             lpips_reason=self.lpips_reason,
             sharpness_ratio=round(self.sharpness_ratio, 4),
             temporal_jitter_ratio=None if self.temporal_jitter_ratio is None else round(self.temporal_jitter_ratio,
                                                                                           4),
-            ghosting=bool(self.ghost.ghosting),
-            ghost_score=round(self.ghost.score, 4),
             ghost_threshold=self.ghost.params.frame_threshold,
             audio_desync_ms=None if self.audio is None or self.audio.desync_ms is None
             else round(self.audio.desync_ms, 1),
@@ -145,11 +214,18 @@ class Comparison:
             flip_mean=_round(self.flip_mean, 5),
             flip_reason=self.flip_reason,
             temporal_consistency=_round(self.temporal_consistency, 4),
+            series=self._series(),
+            short_side=min(width, height),
+            subject_lost_below=self.subject.params.lost_below if self.subject is not None else 0.25,
+            subject_reason=None if self.subject is None else (
+                None if self.subject.measured.any() else "no subject stands out in the baseline"),
         )
 
     def _per_frame(self) -> list[dict[str, Any]]:
         jitter = per_frame_jitter(self.warp_error_base, self.warp_error_cand)
         g = self.ghost
+        near = self.ghost_near_subject
+        subject = self._series()
         rows = []
         for i in range(self.frames):
             rows.append({
@@ -164,13 +240,24 @@ class Comparison:
                 "ghost_score": round(float(g.scores[i]), 4),
                 "ghost_lag": int(g.lags[i]),
                 "ghost_displacement_px": round(float(g.displacement[i]) * self.factor, 1),
-                "ghost": bool(g.scores[i] >= g.params.frame_threshold),
+                "ghost": bool(near[i] >= g.params.frame_threshold),
+                "ghost_away_from_subject": bool(g.scores[i] >= g.params.frame_threshold and near[i] == 0),
+                **{key: _finite(subject[key][i], 3) for key in SUBJECT_SERIES if key in subject},
+                "subject_lost": bool(self.subject is not None and self.subject.lost[i]),
             })
         return rows
 
 
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
+
+
+SUBJECT_SERIES = ("subject_present", "subject_displacement_px", "subject_fragments", "subject_colour_delta",
+                  "subject_flip")
+
+
+def _finite(value: float, digits: int) -> float | None:
+    return round(float(value), digits) if np.isfinite(value) else None
 
 
 def reconcile(baseline: ClipData, candidate: ClipData, align: bool) -> tuple[ClipData, ClipData, list[str]]:
@@ -248,6 +335,7 @@ def compare_clips(baseline: ClipData, candidate: ClipData, gates: Gates | None =
         if scorer is not None:
             scores = scorer.distances(baseline.frames, candidate.frames)
     audio, audio_reason = _audio(baseline, candidate)
+    subject = track_subject(baseline.frames, candidate.frames, factor)
     return Comparison(
         baseline=baseline, candidate=candidate,
         psnr=np.array([m.psnr for m in per_frame], np.float64),
@@ -263,5 +351,5 @@ def compare_clips(baseline: ClipData, candidate: ClipData, gates: Gates | None =
         ghost=ghost, factor=factor,
         lpips=scores, lpips_reason=None if scores is not None else reason,
         audio=audio, audio_reason=audio_reason,
-        gates=gates or Gates(), notes=notes,
+        gates=gates or Gates(), notes=notes, subject=subject,
     )

@@ -1,42 +1,56 @@
-"""Promotion gates (Sol-Engine style) and the suggested verdict.
+"""Promotion gates and the suggested verdict, read like a reviewer's notes: what is wrong, and in which frames.
 
-Defaults follow Sol-Engine's promotion gate (h3-facts §6): LPIPS delta <= 0.04 (its middle quality tier; 0.01 and
-0.09 are the others, pass `lpips_delta_max`), sharpness ratio 0.95-1.08, temporal-jitter ratio 0.85-1.20,
-ghosting a hard fail, PSNR recorded but not gated.
+Each gate returns {value, limit, passed, frames, text}: `frames` is the [start, end] the gate is about (a reason's
+jump-to-frame in Compare) and `text` the sentence the reviewer reads ("subject lost for frames 72-96"). Gates read
+per-frame series, not clip means, wherever a short defect matters (studio/quality/windows.py): the subject gates
+and FLIP use the worst window of `window_frames` frames, ghosting counts flagged frames inside one window.
 
-FLIP mean <= 0.12 and temporal consistency <= 2.0 levels are this studio's own, provisional until calibrated on
-real accelerated pairs. On synthetic 672x384 pairs (studio.quality.synth, in-sample, measured by
-tests/test_quality.py's fixtures) mean FLIP is 0.046 for a 1-pixel blur, 0.063 for noise sigma 4, 0.074 for a
-2-pixel blur, 0.085 for JPEG q30, ~0.10 for noise sigma 8 and 5 % flicker, 0.17 for a mild colour shift; the
-temporal-consistency error (studio/quality/temporal.py) stays near 0 for changes that hold still over time (blur,
-colour shift) and rises for flicker and per-frame noise.
+The subject gates (studio/quality/subject.py) come first: a subject that vanishes, moves, breaks up or changes
+colour is what whole-frame figures miss. Their limits, the window size and the ghost and sharpness limits were
+tuned on the calibration part of a labelled corpus of nano pairs (bench/subject_calibrate.py, BENCHMARKS.md
+"Subject gates";
+the held-out part's figures are in bench/results/subject_heldout.json).
 
-Audio desync <= 40 ms: EBU R37 allows audio to lead picture by at most 40 ms (and lag by 60 ms), and ITU-R
-BT.1359 puts the threshold of detectability at +45 / -125 ms. A candidate is compared with the baseline rather
-than with picture, so the tighter, symmetric 40 ms applies; it is also just under one frame at 24 fps (41.7 ms).
+Other defaults: LPIPS delta <= 0.04 follows Sol-Engine's promotion gate (h3-facts §6); audio desync <= 40 ms (EBU
+R37 allows audio to lead picture by 40 ms, ITU-R BT.1359's detectability threshold is +45 / -125 ms; a candidate
+is compared with the baseline, so the tighter symmetric 40 ms applies, just under one frame at 24 fps); the
+temporal-jitter ratio 0.85-1.20; FLIP and temporal consistency are this studio's own.
 
-The verdict is a suggestion for the reviewer, never the verdict itself: "reject" when any evaluated gate fails,
-"accept" otherwise, with one reason per failed or unevaluated gate.
+The verdict is a suggestion, never the verdict itself: "reject" when any evaluated gate fails. Its reasons lead with
+the failed gates (subject first) and end with one short line naming what was not measured.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import numpy as np
+
+from .windows import Window, describe_runs, runs, worst_window
 
 
 @dataclass(frozen=True)
 class Gates:
     """Thresholds. A None limit records the value without gating it."""
 
+    window_frames: int = 12  # the worst-window length: half a second at 24 fps
+    subject_lost_frames_max: int = 2  # a longer run of frames without the subject fails
+    subject_present_min: float | None = 0.45  # worst-window mean share of the subject the candidate keeps
+    subject_moved_max: float | None = 0.08  # worst-window median displacement, share of the frame's short side
+    subject_fragments_max: float | None = 0.5  # worst-window median of pieces beyond the baseline's
+    subject_colour_max: float | None = 25.0  # worst-window median CIELAB distance of the subject's mean colour
+    subject_flip_max: float | None = 0.30  # worst-window mean FLIP inside the subject's box
     lpips_delta_max: float | None = 0.04
-    sharpness_ratio_min: float = 0.95
-    sharpness_ratio_max: float = 1.08
+    sharpness_ratio_min: float | None = 0.95
+    sharpness_ratio_max: float | None = 1.08
     temporal_jitter_ratio_min: float = 0.85
     temporal_jitter_ratio_max: float = 1.20
     ghosting_fails: bool = True
+    ghost_frames_min: int = 3  # flagged frames near the subject within one window for ghosting
     audio_desync_max_ms: float | None = 40.0
     flip_mean_max: float | None = 0.12
+    flip_window_max: float | None = None  # worst-window mean FLIP over the whole frame
     temporal_consistency_max: float | None = 2.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -45,14 +59,18 @@ class Gates:
 
 @dataclass(frozen=True)
 class GateInputs:
-    """The measured values the gates read. None means not measured (no LPIPS, no audio, a single frame)."""
+    """What the gates read. None: not measured (no LPIPS, no audio, a single frame, no subject in the baseline).
+
+    series: per-frame float arrays (T,), NaN where a frame has no value: subject_present, subject_displacement_px,
+    subject_fragments (pieces beyond the baseline's), subject_colour_delta, subject_flip, flip, ghost_score
+    (near the subject; 0 elsewhere). short_side: the frame's short side in pixels (the displacement limit is a share
+    of it). ghost_threshold: the detector's per-frame threshold.
+    """
 
     lpips_delta: float | None
     lpips_reason: str | None
     sharpness_ratio: float | None
     temporal_jitter_ratio: float | None
-    ghosting: bool
-    ghost_score: float
     ghost_threshold: float
     audio_desync_ms: float | None
     audio_reason: str | None
@@ -60,77 +78,180 @@ class GateInputs:
     flip_mean: float | None = None
     flip_reason: str | None = None
     temporal_consistency: float | None = None
+    series: dict[str, np.ndarray] = field(default_factory=dict)
+    short_side: int = 0
+    subject_lost_below: float = 0.25
+    subject_reason: str | None = None  # why the subject was not measured
 
 
-def _entry(value: Any, limit: Any, passed: bool | None) -> dict[str, Any]:
-    return {"value": value, "limit": limit, "passed": passed}
+def _entry(value: Any, limit: Any, passed: bool | None, frames: Window | tuple[int, int] | None = None,
+           text: str | None = None) -> dict[str, Any]:
+    """frames: the [start, end] the gate is about; frame: the worst single frame there (where to jump)."""
+    frame = None
+    if isinstance(frames, Window):
+        frames, frame = (frames.start, frames.end), frames.frame
+    elif frames is not None:
+        frame = frames[0]
+    return {"value": value, "limit": limit, "passed": passed, "frames": None if frames is None else list(frames),
+            "frame": frame, "text": text}
 
 
-def _within(value: float | None, low: float, high: float) -> bool | None:
-    return None if value is None else bool(low <= value <= high)
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None or not np.isfinite(value) else round(float(value), digits)
 
 
-def _upper_gate(table: dict[str, dict[str, Any]], reasons: list[str], name: str, value: float | None,
-                limit: float | None, missing: str) -> None:
-    """A value that must stay at or below limit; None limit records it ungated, None value is not evaluated."""
-    passed = None if limit is None or value is None else value <= limit
-    table[name] = _entry(value, limit, passed)
-    if limit is None:
+def _span(window: Window) -> str:
+    return f"frames {window.start}–{window.end}"
+
+
+class _Table:
+    """Collects gate entries, the failed ones' texts in order, and what was not measured."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.failed: list[str] = []
+        self.unmeasured: list[str] = []
+
+    def add(self, name: str, entry: dict[str, Any], missing: str | None = None) -> None:
+        self.entries[name] = entry
+        if entry["passed"] is False and entry["text"]:
+            self.failed.append(entry["text"])
+        elif entry["passed"] is None and entry["limit"] is not None and missing:
+            self.unmeasured.append(missing)
+
+
+def _subject_gates(table: _Table, values: GateInputs, gates: Gates) -> None:
+    s = values.series
+    present = s.get("subject_present")
+    if present is None or not np.isfinite(present).any():
+        for name in ("subject_lost", "subject_present", "subject_moved", "subject_fragments", "subject_colour",
+                     "subject_flip"):
+            table.add(name, _entry(None, getattr(gates, f"{name}_max", None) or getattr(gates, f"{name}_min", None),
+                                   None))
+        table.unmeasured.append(f"subject ({values.subject_reason or 'no subject found in the baseline'})")
         return
-    if value is None:
-        reasons.append(f"{name} not evaluated: {missing}")
-    elif not passed:
-        reasons.append(f"{name} {value:.4f} > {limit}")
+    w = gates.window_frames
+    lost = np.isfinite(present) & (np.nan_to_num(present, nan=1.0) < values.subject_lost_below)
+    spans = runs(lost)
+    longest = max((b - a + 1 for a, b in spans), default=0)
+    failed = longest > gates.subject_lost_frames_max
+    worst = max(spans, key=lambda r: r[1] - r[0]) if spans else None
+    table.add("subject_lost", _entry(
+        longest, gates.subject_lost_frames_max, not failed, worst,
+        f"subject lost for frames {describe_runs(spans)}" if failed else None))
+
+    window = worst_window(present, w, higher_is_worse=False)
+    limit = gates.subject_present_min
+    passed = None if limit is None else window.value >= limit
+    table.add("subject_present", _entry(_round(window.value, 3), limit, passed, window,
+                                        f"only {window.value:.0%} of the subject is there in {_span(window)}"))
+
+    moved = worst_window(s["subject_displacement_px"], w, higher_is_worse=True, how="median")
+    limit_px = None if gates.subject_moved_max is None else round(gates.subject_moved_max * values.short_side, 1)
+    passed = None if limit_px is None or moved is None else moved.value <= limit_px
+    table.add("subject_moved", _entry(None if moved is None else _round(moved.value, 1), limit_px, passed, moved,
+                                      None if moved is None else
+                                      f"subject moved {moved.value:.0f} px from the baseline's place in "
+                                      f"{_span(moved)}"))
+
+    pieces = worst_window(s["subject_fragments"], w, higher_is_worse=True, how="median")
+    passed = None if gates.subject_fragments_max is None or pieces is None else pieces.value <= \
+        gates.subject_fragments_max
+    text = None
+    if pieces is not None:
+        most = int(np.nanmax(s["subject_fragments"][pieces.start:pieces.end + 1])) + 1
+        text = f"subject broke into {most} pieces in {_span(pieces)}"
+    table.add("subject_fragments", _entry(None if pieces is None else _round(pieces.value, 2),
+                                          gates.subject_fragments_max, passed, pieces, text))
+
+    colour = worst_window(s["subject_colour_delta"], w, higher_is_worse=True, how="median")
+    passed = None if gates.subject_colour_max is None or colour is None else colour.value <= gates.subject_colour_max
+    table.add("subject_colour", _entry(None if colour is None else _round(colour.value, 1), gates.subject_colour_max,
+                                       passed, colour, None if colour is None else
+                                       f"subject colour changed (ΔE {colour.value:.0f}) in {_span(colour)}"))
+
+    flip = s.get("subject_flip")
+    window = None if flip is None else worst_window(flip, w, higher_is_worse=True)
+    passed = None if gates.subject_flip_max is None or window is None else window.value <= gates.subject_flip_max
+    table.add("subject_flip", _entry(None if window is None else _round(window.value), gates.subject_flip_max, passed,
+                                     window, None if window is None else
+                                     f"FLIP on the subject {window.value:.2f} in {_span(window)}"),
+              values.flip_reason and f"FLIP ({values.flip_reason})")
+
+
+def _range_gate(table: _Table, name: str, label: str, value: float | None, low: float | None,
+                high: float | None) -> None:
+    if low is None and high is None:
+        table.add(name, _entry(value, None, None))
+        return
+    passed = None if value is None else bool((low is None or low <= value) and (high is None or value <= high))
+    table.add(name, _entry(value, [low, high], passed, None, f"{label} {value:.2f} outside [{low}, {high}]"
+                           if passed is False else None), f"{label} (the clip has a single frame)")
+
+
+def _upper_gate(table: _Table, name: str, text: str, value: float | None, limit: float | None, missing: str,
+                frames: Window | None = None) -> None:
+    passed = None if limit is None or value is None else value <= limit
+    table.add(name, _entry(value, limit, passed, frames, text.format(value=value) if passed is False else None),
+              missing)
 
 
 def evaluate(values: GateInputs, gates: Gates) -> tuple[dict[str, dict[str, Any]], str, list[str]]:
-    """(gate table {name: {value, limit, passed}}, suggested verdict, reasons)."""
-    table: dict[str, dict[str, Any]] = {}
-    reasons: list[str] = []
+    """(gate table {name: {value, limit, passed, frames, text}}, suggested verdict, reasons)."""
+    table = _Table()
+    _subject_gates(table, values, gates)
+
+    ghost = values.series.get("ghost_score")
+    flagged = None if ghost is None else (np.nan_to_num(ghost) >= values.ghost_threshold).astype(np.float64)
+    window = None if flagged is None else worst_window(flagged, gates.window_frames, higher_is_worse=True)
+    count = 0 if window is None else int(round(window.value * (window.end - window.start + 1)))
+    ghosting = count >= gates.ghost_frames_min
+    text = None
+    if count:  # the strongest copy in the window is the frame to look at, not the window's first flagged frame
+        peak = window.start + int(np.argmax(ghost[window.start:window.end + 1]))
+        window = replace(window, frame=peak)
+    if ghosting:
+        text = (f"a faint copy of the subject in {_span(window)} ({count} frames flagged, opacity "
+                f"{ghost[peak]:.2f} at frame {peak})")
+    table.add("ghosting", _entry(count, gates.ghost_frames_min, (not ghosting) if gates.ghosting_fails else None,
+                                 window if count else None, text))
+
+    flip = values.series.get("flip")
+    window = None if flip is None or not np.isfinite(flip).any() else worst_window(flip, gates.window_frames, True)
+    missing = f"FLIP ({values.flip_reason or 'not requested'})"
+    _upper_gate(table, "flip", "FLIP {value:.3f} over the clip", values.flip_mean, gates.flip_mean_max, missing)
+    if gates.flip_window_max is not None:
+        _upper_gate(table, "flip_window", "FLIP {value:.3f}" + (f" in {_span(window)}" if window else ""),
+                    None if window is None else _round(window.value), gates.flip_window_max, missing, window)
 
     lp = values.lpips_delta
-    if gates.lpips_delta_max is None:
-        table["lpips_delta"] = _entry(lp, None, None)
-    else:
-        table["lpips_delta"] = _entry(lp, gates.lpips_delta_max, None if lp is None else lp <= gates.lpips_delta_max)
-        if lp is None:
-            reasons.append(f"lpips_delta not evaluated: {values.lpips_reason or 'LPIPS was not requested'}")
-        elif lp > gates.lpips_delta_max:
-            reasons.append(f"lpips_delta {lp:.4f} > {gates.lpips_delta_max}")
-
-    for name, value, low, high in (
-            ("sharpness_ratio", values.sharpness_ratio, gates.sharpness_ratio_min, gates.sharpness_ratio_max),
-            ("temporal_jitter_ratio", values.temporal_jitter_ratio, gates.temporal_jitter_ratio_min,
-             gates.temporal_jitter_ratio_max)):
-        passed = _within(value, low, high)
-        table[name] = _entry(value, [low, high], passed)
-        if passed is False:
-            reasons.append(f"{name} {value:.3f} outside [{low}, {high}]")
-        elif passed is None:
-            reasons.append(f"{name} not evaluated: the clip has a single frame")
-
-    ghost_passed = (not values.ghosting) if gates.ghosting_fails else None
-    table["ghosting"] = _entry(values.ghost_score, values.ghost_threshold, ghost_passed)
-    if values.ghosting:
-        reasons.append(f"ghosting detected (ghost opacity ~{values.ghost_score:.2f}); a hard fail"
-                       if gates.ghosting_fails else "ghosting detected (not gated)")
-
+    _upper_gate(table, "lpips_delta", "LPIPS {value:.3f} over the clip", lp, gates.lpips_delta_max,
+                f"LPIPS ({values.lpips_reason or 'not requested'})")
+    _range_gate(table, "sharpness_ratio", "sharpness ratio", values.sharpness_ratio, gates.sharpness_ratio_min,
+                gates.sharpness_ratio_max)
+    _range_gate(table, "temporal_jitter_ratio", "temporal jitter ratio", values.temporal_jitter_ratio,
+                gates.temporal_jitter_ratio_min, gates.temporal_jitter_ratio_max)
     desync = values.audio_desync_ms
-    if gates.audio_desync_max_ms is None:
-        table["audio_desync_ms"] = _entry(desync, None, None)
-    else:
-        passed = None if desync is None else abs(desync) <= gates.audio_desync_max_ms
-        table["audio_desync_ms"] = _entry(desync, gates.audio_desync_max_ms, passed)
-        if passed is False:
-            reasons.append(f"audio desync {desync:+.1f} ms beyond +-{gates.audio_desync_max_ms} ms")
-        elif passed is None:
-            reasons.append(f"audio_desync_ms not evaluated: {values.audio_reason or 'no audio'}")
+    limit = gates.audio_desync_max_ms
+    passed = None if limit is None or desync is None else abs(desync) <= limit
+    table.add("audio_desync_ms", _entry(desync, limit, passed, None, f"audio {desync:+.0f} ms out of sync (limit "
+                                        f"±{limit:g} ms)" if passed is False else None),
+              f"audio sync ({values.audio_reason or 'no audio'})")
+    _upper_gate(table, "temporal_consistency", "flicker against the baseline {value:.2f} levels",
+                values.temporal_consistency, gates.temporal_consistency_max, "temporal consistency (single frame)")
+    table.add("psnr_mean", _entry(values.psnr_mean, None, None))
 
-    _upper_gate(table, reasons, "flip", values.flip_mean, gates.flip_mean_max,
-                values.flip_reason or "FLIP was not requested")
-    _upper_gate(table, reasons, "temporal_consistency", values.temporal_consistency, gates.temporal_consistency_max,
-                "the clip has a single frame")
+    failed = any(entry["passed"] is False for entry in table.entries.values())
+    reasons = list(table.failed)
+    if table.unmeasured:
+        reasons.append("Not measured: " + "; ".join(table.unmeasured) + ".")
+    return table.entries, ("reject" if failed else "accept"), reasons
 
-    table["psnr_mean"] = _entry(values.psnr_mean, None, None)
-    failed = any(entry["passed"] is False for entry in table.values())
-    return table, ("reject" if failed else "accept"), reasons
+
+def worst_frame(table: dict[str, dict[str, Any]], fallback: int) -> tuple[int, str | None]:
+    """The frame to look at first and the gate it comes from: the first failed gate's worst frame (gates are in
+    order of severity), else `fallback` (the lowest-SSIM frame) and None."""
+    for name, entry in table.items():
+        if entry["passed"] is False and entry.get("frame") is not None:
+            return int(entry["frame"]), name
+    return fallback, None

@@ -43,17 +43,30 @@ class FrameMetrics:
     jitter_ratio: float | None = None
     temporal_error: float | None = None
     flip: float | None = None
+    ghost_away_from_subject: bool = False  # the detector fired here, but away from the subject: not counted
+    # the subject (studio/quality/subject.py); None where the baseline frame has no subject
+    subject_present: float | None = None  # share of the baseline subject the candidate keeps
+    subject_displacement_px: float | None = None
+    subject_fragments: float | None = None  # pieces beyond the baseline's
+    subject_colour_delta: float | None = None
+    subject_flip: float | None = None
+    subject_lost: bool = False
 
 
 @dataclass(frozen=True)
 class GateResult:
     """One promotion gate: the measured value, its limit (a number, a [low, high] range, or None when the value is
-    recorded but not gated) and passed (None: recorded, or not evaluated because the value is missing)."""
+    recorded but not gated) and passed (None: recorded, or not evaluated because the value is missing). frames:
+    the (start, end) the gate is about, frame: the worst frame there (Compare jumps to it), text: the reviewer's
+    sentence when it failed."""
 
     name: str
-    value: float | None
+    value: Any
     limit: float | tuple[float, float] | None
     passed: bool | None
+    frames: tuple[int, int] | None = None
+    frame: int | None = None
+    text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,11 +109,19 @@ class QualitySummary:
     ssim_mean: float
     ghosting: bool
     ghost_score: float
-    worst_frame: int | None  # the frame to look at first: strongest ghost if ghosting, else lowest SSIM
+    worst_frame: int | None  # the frame to look at first: the first failed gate's worst frame, else lowest SSIM
     per_frame: tuple[FrameMetrics, ...]
     gates: tuple[GateResult, ...]
     suggested_verdict: str  # "accept" | "reject": a machine suggestion, never the verdict
     suggestion_reasons: tuple[str, ...] = ()
+    worst_by: str | None = None  # the gate worst_frame comes from (None: no gate failed, lowest SSIM)
+    ghost_peak_frame: int | None = None
+    subject_lost_frames: tuple[tuple[int, int], ...] | None = None
+    subject_present: float | None = None  # worst-window figures, as the gates read them
+    subject_displacement_px: float | None = None
+    subject_fragments: float | None = None
+    subject_colour_delta: float | None = None
+    subject_flip: float | None = None
     lpips_delta: float | None = None
     lpips_reason: str | None = None
     sharpness_ratio: float | None = None
@@ -134,7 +155,8 @@ class QualitySummary:
                 raise SummaryError(f"the quality summary has no {key!r}")
         try:
             rows = tuple(_frame(row) for row in data["per_frame"])
-            gates = tuple(GateResult(name, g.get("value"), _limit(g.get("limit")), g.get("passed"))
+            gates = tuple(GateResult(name, g.get("value"), _limit(g.get("limit")), g.get("passed"),
+                                     _pair(g.get("frames")), g.get("frame"), g.get("text"))
                           for name, g in data["gates"].items())
             audio = AudioSummary(**data["audio"]) if data.get("audio") is not None else None
         except (TypeError, AttributeError) as error:
@@ -144,9 +166,12 @@ class QualitySummary:
             paths = (tuple(map(str, data.get(key) or ())) for key in _FILE_KEYS[1:])
             overlays = OverlayFiles(str(data["directory"]), *paths)
         scalars = {f.name: data.get(f.name, f.default) for f in fields(cls)
-                   if f.name not in ("per_frame", "gates", "audio", "overlays", "suggestion_reasons")}
+                   if f.name not in ("per_frame", "gates", "audio", "overlays", "suggestion_reasons",
+                                     "subject_lost_frames")}
+        lost = data.get("subject_lost_frames")
         return cls(**scalars, per_frame=rows, gates=gates, audio=audio, overlays=overlays,
-                   suggestion_reasons=tuple(data.get("suggestion_reasons") or ()))
+                   suggestion_reasons=tuple(data.get("suggestion_reasons") or ()),
+                   subject_lost_frames=None if lost is None else tuple(_pair(span) for span in lost))
 
     def to_json(self, files: bool = True) -> dict[str, Any]:
         """The flat JSON the store keeps (and REST shows); files=False leaves out the overlay PNG paths (they are
@@ -154,7 +179,10 @@ class QualitySummary:
         data = asdict(self)
         data["per_frame"] = [asdict(row) for row in self.per_frame]
         data["gates"] = {g.name: {"value": g.value, "limit": list(g.limit) if isinstance(g.limit, tuple) else g.limit,
-                                  "passed": g.passed} for g in self.gates}
+                                  "passed": g.passed, "frames": None if g.frames is None else list(g.frames),
+                                  "frame": g.frame, "text": g.text} for g in self.gates}
+        if self.subject_lost_frames is not None:
+            data["subject_lost_frames"] = [list(span) for span in self.subject_lost_frames]
         data["suggestion_reasons"] = list(self.suggestion_reasons)
         overlays = data.pop("overlays")
         if files and overlays is not None:
@@ -185,6 +213,10 @@ _FRAME_FIELDS = frozenset(f.name for f in fields(FrameMetrics))
 
 def _frame(row: dict[str, Any]) -> FrameMetrics:
     return FrameMetrics(**{key: value for key, value in row.items() if key in _FRAME_FIELDS})
+
+
+def _pair(value: Any) -> tuple[int, int] | None:
+    return None if value is None else (int(value[0]), int(value[1]))
 
 
 def _limit(value: Any) -> float | tuple[float, float] | None:

@@ -25,6 +25,7 @@ from studio.ui.compare_data import (
     PairFrames,
     frame_readout,
     frame_series,
+    gate_jumps,
     pair_ready,
     worst_frames_table,
 )
@@ -42,6 +43,11 @@ from studio.ui.player import (
 
 VIEWS = ("Wipe (drag the handle)", "|Δ| heatmap", "Ghost overlay", "FLIP error map")
 OVERLAY_KINDS = {VIEWS[1]: "diff", VIEWS[2]: "ghost", VIEWS[3]: "flip"}  # view -> studio.quality overlay kind
+# The series each per-frame plot draws (SERIES keys; series of one scale share a plot).
+PLOT_PSNR = ("psnr", "subject_moved")
+PLOT_OTHER = ("ssim", "lpips", "ghost", "flip")
+PLOT_SUBJECT = ("subject", "subject_flip")
+GATE_COLUMNS = ["frame", "gate", "frames", "why"]
 
 
 def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir, overlays: Overlays) -> dict[str, Any]:
@@ -79,11 +85,16 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
     with gr.Row():
         with gr.Column(scale=3):
             quality = gr.HTML("", js_on_load=None, elem_id="h3-quality")
+            gate_table = gr.Dataframe(headers=GATE_COLUMNS, label="Failed gates (click a row to jump to its worst "
+                                      "frame)", interactive=False, visible=False, elem_id="h3-gate-table")
         with gr.Column(scale=4):
             plot_psnr = gr.LinePlot(x="frame", y="value", color="metric", height=220, elem_id="h3-plot-psnr",
-                                    title="PSNR per frame (drag across the plot: jumps to the worst frame there)")
+                                    title="PSNR (dB) / subject moved (px) per frame (drag across the plot: jumps "
+                                          "to the worst frame there)")
             plot_other = gr.LinePlot(x="frame", y="value", color="metric", height=220, elem_id="h3-plot-other",
                                      title="SSIM / ghost score per frame (drag to jump)")
+            plot_subject = gr.LinePlot(x="frame", y="value", color="metric", height=220, elem_id="h3-plot-subject",
+                                       title="Subject present (share) / FLIP on subject per frame (drag to jump)")
             worst_table = gr.Dataframe(label="Worst frames (click a row to jump)", interactive=False,
                                        elem_id="h3-worst-table")
     to_review = gr.Button("Review this pair →", elem_id="h3-to-review", size="sm")
@@ -125,7 +136,7 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
         series = frame_series(view_.metrics)
         keys = [(label, key) for key, label, _, _ in SERIES if key in series.values]
         if series.pick is not None:
-            keys.insert(0, ("module's pick", PICK))
+            keys.insert(0, (series.pick_label(), PICK))
         worst_key = series.default_worst_key()
         if frames_ is None:
             return [pair_summary_html(view_, service) + "<p>Both clips are needed to compare.</p>", *empty]
@@ -136,9 +147,9 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
             gr.update(maximum=frames_.frames - 1, value=0),
             gr.update(choices=keys, value=worst_key, visible=bool(keys)),
             quality_html(view_) + ("" if keys else f"<p>Per-frame metrics {NOT_AVAILABLE} for this pair.</p>"),
-            gr.update(value=_plot_frame(series, ("psnr",)), visible="psnr" in series.values),
-            gr.update(value=_plot_frame(series, ("ssim", "lpips", "ghost", "flip")),
-                      visible=any(k in series.values for k in ("ssim", "lpips", "ghost", "flip"))),
+            *(gr.update(value=_plot_frame(series, keys_), visible=any(k in series.values for k in keys_))
+              for keys_ in (PLOT_PSNR, PLOT_OTHER, PLOT_SUBJECT)),
+            _gate_table(view_.metrics),
             gr.update(value=_worst_table(series, worst_key), visible=bool(keys)),
             media.wav(view_.baseline.clip_sha, frames_.baseline),
             media.wav(view_.candidate.clip_sha, frames_.candidate),
@@ -146,8 +157,8 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
             *conditioning_of(view_, frames_),
         ]
 
-    load_outputs = [header, video_b, video_c, frame, worst_by, quality, plot_psnr, plot_other, worst_table,
-                    audio_b, audio_c, audio_plot, conditioning, conditioning_note]
+    load_outputs = [header, video_b, video_c, frame, worst_by, quality, plot_psnr, plot_other, plot_subject,
+                    gate_table, worst_table, audio_b, audio_c, audio_plot, conditioning, conditioning_note]
 
     def render(pair_id, index, view_name):
         if not pair_id:
@@ -204,7 +215,9 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
                     else gr.update(), [pair, worst_by], worst_table)
     plot_psnr.select(jump_range, [pair, worst_by], frame)
     plot_other.select(jump_range, [pair, worst_by], frame)
+    plot_subject.select(jump_range, [pair, worst_by], frame)
     worst_table.select(jump_row, None, frame)
+    gate_table.select(jump_row, None, frame)  # a failed gate's row: its first cell is the gate's worst frame
 
     def recompute_metrics(pair_id):
         if not pair_id:
@@ -223,9 +236,16 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
 def _plot_frame(series: FrameSeries, keys: tuple[str, ...]):
     import pandas as pd
 
-    rows = [row for row in series.rows() if any(row["metric"].startswith(label) for k, label, _, _ in SERIES
-                                                 if k in keys)]
+    rows = [row for row in series.rows() if row["key"] in keys]  # by key: "FLIP on subject" is not "FLIP"
     return pd.DataFrame(rows or [], columns=["frame", "metric", "value"])
+
+
+def _gate_table(summary):
+    """The failed gates' jump rows (compare_data.gate_jumps); hidden when no failed gate names a frame."""
+    import pandas as pd
+
+    rows = gate_jumps(summary)
+    return gr.update(value=pd.DataFrame(rows, columns=GATE_COLUMNS), visible=bool(rows))
 
 
 def _worst_table(series: FrameSeries, key: str | None):

@@ -25,10 +25,18 @@ SERIES = (
     ("ghost", "ghost score", "", True),
     ("flip", "FLIP", "", True),
     ("temporal", "temporal error", "levels", True),
+    ("subject", "subject present", "share", False),
+    ("subject_moved", "subject moved", "px", True),
+    ("subject_flip", "FLIP on subject", "", True),
 )
 # The FrameMetrics field each series reads.
 SERIES_FIELDS = {"psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "ghost": "ghost_score", "flip": "flip",
-                 "temporal": "temporal_error"}
+                 "temporal": "temporal_error", "subject": "subject_present",
+                 "subject_moved": "subject_displacement_px", "subject_flip": "subject_flip"}
+# The series a gate (GateResult.name) reads per frame: the module's pick from that gate ranks a range by it.
+GATE_SERIES = {"subject_lost": "subject", "subject_present": "subject", "subject_moved": "subject_moved",
+               "subject_flip": "subject_flip", "ghosting": "ghost", "flip": "flip", "flip_window": "flip",
+               "lpips_delta": "lpips", "temporal_consistency": "temporal"}
 NOT_AVAILABLE = "not yet available"
 
 
@@ -41,11 +49,13 @@ PICK = "pick"  # the quality module's own "look here first" frame (QualitySummar
 @dataclass(frozen=True)
 class FrameSeries:
     """Per-frame metric series of one pair: key → list of floats (None where a frame has no value), the frames
-    the ghost detector flagged, and the quality module's pick of the frame to look at first."""
+    the ghost detector flagged, the quality module's pick of the frame to look at first (QualitySummary.worst_frame)
+    and the failed gate it comes from (QualitySummary.worst_by; None: no gate failed)."""
 
     values: dict[str, list[float | None]]
     flagged: tuple[bool, ...] = ()
     pick: int | None = None
+    pick_by: str | None = None
 
     @property
     def frames(self) -> int:
@@ -56,12 +66,12 @@ class FrameSeries:
 
     def worst(self, key: str, lo: int = 0, hi: int | None = None) -> int | None:
         """The frame in [lo, hi] where ``key`` is worst (highest ghost/LPIPS, lowest PSNR/SSIM). For PICK: the
-        module's pick over the whole clip, and within a range the same rule it uses (ghost if flagged, else
-        SSIM)."""
+        module's pick when it lies in the range, else the worst frame there by the series of the gate the pick
+        comes from (see pick_key)."""
         if key == PICK:
-            if hi is None and self.pick is not None:
+            if self.pick is not None and lo <= self.pick and (hi is None or self.pick <= hi):
                 return self.pick
-            key = "ghost" if any(self.flagged) else "ssim"
+            key = self.pick_key()
         series = self.values.get(key)
         if not series:
             return None
@@ -69,6 +79,20 @@ class FrameSeries:
         higher_is_worse = next(worse for k, _, _, worse in SERIES if k == key)
         scored = [(v if higher_is_worse else -v, i) for i, v in enumerate(series) if lo <= i <= hi and finite(v)]
         return max(scored)[1] if scored else None
+
+    def pick_key(self) -> str:
+        """The series that ranks frames the way the pick was made: the failed gate's own series (subject present
+        for subject_lost, …), else ghost score if the detector flagged a frame, else SSIM."""
+        key = GATE_SERIES.get(self.pick_by or "")
+        if key in self.values:
+            return key
+        return "ghost" if any(self.flagged) else "ssim"
+
+    def pick_label(self) -> str:
+        """How the worst-frame choices name the pick: “module's pick (frame 72: subject_lost)”."""
+        if self.pick is None:
+            return "module's pick"
+        return f"module's pick (frame {self.pick}{': ' + self.pick_by if self.pick_by else ''})"
 
     def default_worst_key(self) -> str | None:
         """The module's pick, else ghost score first: ghosting is the failure the numerical gates miss."""
@@ -85,7 +109,8 @@ class FrameSeries:
         for key, label, unit, _ in SERIES:
             for index, value in enumerate(self.values.get(key, [])):
                 if finite(value):
-                    rows.append({"frame": index, "metric": f"{label} ({unit})" if unit else label, "value": value})
+                    rows.append({"frame": index, "metric": f"{label} ({unit})" if unit else label, "value": value,
+                                 "key": key})
         return rows
 
 
@@ -103,7 +128,17 @@ def frame_series(summary: QualitySummary | None) -> FrameSeries:
         series = [getattr(row, name) for row in summary.per_frame]
         if any(finite(v) for v in series):
             values[key] = [float(v) if finite(v) else None for v in series]
-    return FrameSeries(values, tuple(row.ghost for row in summary.per_frame), summary.worst_frame)
+    return FrameSeries(values, tuple(row.ghost for row in summary.per_frame), summary.worst_frame, summary.worst_by)
+
+
+def gate_jumps(summary: QualitySummary | None) -> list[list[Any]]:
+    """One row per failed gate that names a frame, in the module's gate order (subject first): [frame to jump to,
+    gate, frames it is about ("72–96", "" when none), the reviewer's sentence]. Compare's gate table; a click on
+    a row moves the frame slider to its first cell."""
+    if summary is None:
+        return []
+    return [[gate.frame, gate.name, "" if gate.frames is None else f"{gate.frames[0]}–{gate.frames[1]}",
+             gate.text or gate.name] for gate in summary.failed_gates if gate.frame is not None]
 
 
 # ------------------------------------------------------------------------------------------ overlays
@@ -212,23 +247,31 @@ def frame_readout(series: FrameSeries, frame: int, frames: int, fps: float) -> s
     if frame < len(series.flagged) and series.flagged[frame]:
         parts.append("<b class='h3-fail'>ghost flagged</b>")
     if series.pick == frame:
-        parts.append("<b>the quality module's pick</b>")
+        by = f" ({html.escape(series.pick_by)})" if series.pick_by else ""
+        parts.append(f"<b>the quality module's pick{by}</b>")
     if len(parts) == 2:
         parts.append(f"per-frame metrics {NOT_AVAILABLE}")
     return "<div class='h3-readout'>" + " · ".join(parts) + "</div>"
 
 
 def worst_frames_table(series: FrameSeries, key: str | None, count: int = 10) -> list[list[Any]]:
-    """The ``count`` worst frames by ``key`` with every series' value, for a clickable table."""
+    """The ``count`` worst frames by ``key`` with every series' value, for a clickable table. For PICK the
+    module's pick comes first (the frame the summary and the worst-frame button name), then the worst frames by
+    pick_key."""
+    pick = None
     if key == PICK:
-        key = "ghost" if any(series.flagged) else "ssim"
+        key = series.pick_key()
+        pick = series.pick if series.pick is not None and 0 <= series.pick < series.frames else None
     if key is None or not series.values.get(key):
         return []
     higher_is_worse = next(worse for k, _, _, worse in SERIES if k == key)
     indexed = [(v, i) for i, v in enumerate(series.values[key]) if finite(v)]
     indexed.sort(reverse=higher_is_worse)
+    order = [i for _, i in indexed]
+    if pick is not None:
+        order = [pick] + [i for i in order if i != pick]
     rows = []
-    for _, index in indexed[:count]:
+    for index in order[:count]:
         values = series.at(index)
         rows.append([index] + [None if not finite(values.get(k)) else round(values[k], 4)
                                for k, _, _, _ in SERIES if k in series.values])

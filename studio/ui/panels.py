@@ -127,7 +127,7 @@ def quality_html(pair) -> str:
             f"<table class='h3-table'>{cells}</table>{notes}<b>Gates</b>{gates}{suggestion_html(summary)}</div>")
 
 
-NOT_HEADLINE = {"suggested_verdict", "suggestion_reasons"}  # shown as the suggestion, not as numbers
+NOT_HEADLINE = {"suggested_verdict", "suggestion_reasons", "worst_by"}  # shown as the suggestion, not as numbers
 
 
 def _gate_row(gate: GateResult) -> str:
@@ -139,8 +139,32 @@ def _gate_row(gate: GateResult) -> str:
 
 
 def suggestion_html(summary: QualitySummary) -> str:
-    reasons = "; ".join(summary.suggestion_reasons)
+    """The suggested verdict and why: each failed gate's sentence with the frames it is about and its worst frame
+    (Compare's gate table jumps there), the frame to look at first, then the remaining reasons ("Not measured: …").
+    Summaries stored before gates carried sentences show their reasons as they were stored."""
+    failed = summary.failed_gates
+    if not any(gate.text for gate in failed):  # an older summary: its reasons name the failed gates
+        reasons = "; ".join(summary.suggestion_reasons)
+        why = f"{' — ' + html.escape(reasons) if reasons else ''}<br>"
+    else:
+        texts = {gate.text for gate in failed}
+        items = [f"<li>{_gate_reason(gate)}</li>" for gate in failed]
+        items += [f"<li>{html.escape(reason)}</li>" for reason in summary.suggestion_reasons if reason not in texts]
+        why = f"<ul class='h3-reasons'>{''.join(items)}</ul>"
+    pick = ""
+    if summary.worst_frame is not None:
+        by = f" ({html.escape(summary.worst_by)})" if summary.worst_by else ""
+        pick = f"Look first at <b>frame {summary.worst_frame}</b>{by}.<br>"
     return (f"<div class='h3-suggestion'><b>Suggested by the metrics (not a verdict):</b> "
-            f"{html.escape(summary.suggested_verdict)}{' — ' + html.escape(reasons) if reasons else ''}<br>"
+            f"{html.escape(summary.suggested_verdict)}{why}{pick}"
             f"<small>Metrics passed the ghosted sparse clip before; only a reviewer's verdict in the Review tab "
             f"counts.</small></div>")
+
+
+def _gate_reason(gate: GateResult) -> str:
+    """“subject lost for frames 72–96 [subject_lost · frames 72–96 · worst frame 80]”."""
+    where = "whole clip" if gate.frames is None else f"frames {gate.frames[0]}–{gate.frames[1]}"
+    if gate.frame is not None:
+        where += f" · worst frame {gate.frame}"
+    text = gate.text or f"{gate.name} {_fmt(gate.value)}"
+    return f"{html.escape(text)} <small>[{html.escape(gate.name)} · {where}]</small>"

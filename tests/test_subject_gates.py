@@ -1,0 +1,131 @@
+"""The subject gates (issue 35): a subject that vanishes, breaks up or wanders fails, whatever surrounds it; a clip
+that keeps it passes, on a plain or textured background and under a camera pan. Scenes are drawn here, seeded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from studio.quality.clipio import ClipData
+from studio.quality.compare import compare_clips
+from studio.quality.gates import Gates, GateInputs, evaluate
+from studio.quality.windows import describe_runs, runs, worst_window
+
+W, H, T, SIDE = 224, 128, 48, 22
+RED = (220, 40, 30)
+
+
+def background(seed: int, textured: bool, width: int = W, height: int = H) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if not textured:
+        return np.full((height, width, 3), 20, np.uint8)
+    cells = (np.add.outer(np.arange(height) // 16, np.arange(width) // 16) % 2).astype(np.float32)
+    grey = 90 + 60 * cells[..., None] + rng.normal(0, 6, (height, width, 1))
+    return np.clip(np.repeat(grey, 3, axis=2), 0, 255).astype(np.uint8)
+
+
+def scene(seed: int = 0, textured: bool = True, pan: int = 0, shift: int = 0,
+          missing: range = range(0), broken: range = range(0)) -> np.ndarray:
+    """(T, H, W, 3): a red square moving right to left over a background; `pan` px per frame moves the camera
+    (background and subject together), `shift` moves the square, `missing` frames lack it, `broken` frames show it
+    as four separated corners."""
+    wide = background(seed, textured, W + pan * T + 1)
+    frames = np.empty((T, H, W, 3), np.uint8)
+    for t in range(T):
+        frame = wide[:, pan * t:pan * t + W].copy()
+        x, y = 180 - 3 * t + shift, 50
+        if t in broken:
+            q = SIDE // 3
+            for dx, dy in ((0, 0), (2 * q + 6, 0), (0, 2 * q + 6), (2 * q + 6, 2 * q + 6)):
+                frame[y + dy:y + dy + q, x + dx:x + dx + q] = RED
+        elif t not in missing:
+            frame[y:y + SIDE, x:x + SIDE] = RED
+        frames[t] = frame
+    return frames
+
+
+def summary(base: np.ndarray, cand: np.ndarray) -> dict:
+    return compare_clips(ClipData(base, 24.0), ClipData(cand, 24.0), lpips=False, flip=False).summary()
+
+
+@pytest.mark.parametrize("textured", [False, True])
+def test_a_subject_gone_for_24_frames_fails_and_says_where(textured):
+    base = scene(textured=textured)
+    result = summary(base, scene(textured=textured, missing=range(12, 36)))
+    gate = result["gates"]["subject_lost"]
+    assert gate["passed"] is False and gate["frames"] == [12, 35] and gate["value"] == 24
+    assert result["subject_lost_frames"] == [[12, 35]]
+    assert result["suggested_verdict"] == "reject"
+    assert result["suggestion_reasons"][0] == "subject lost for frames 12–35"
+    # One first frame everywhere: the summary's, the per-frame rows' and the gate's.
+    assert result["worst_by"] == "subject_lost" and 12 <= result["worst_frame"] <= 35
+    assert result["per_frame"][result["worst_frame"]]["subject_lost"] is True
+
+
+@pytest.mark.parametrize("textured", [False, True])
+def test_a_subject_shifted_by_2_px_passes_every_subject_gate(textured):
+    result = summary(scene(textured=textured), scene(textured=textured, shift=2))
+    subject = {k: v for k, v in result["gates"].items() if k.startswith("subject_")}
+    assert subject and all(g["passed"] is not False for g in subject.values()), subject
+    assert result["subject_displacement_px"] <= 3 and result["subject_present"] >= 0.9
+
+
+def test_a_subject_moved_by_a_third_of_the_frame_fails():
+    result = summary(scene(textured=False), scene(textured=False, shift=-40))
+    assert result["gates"]["subject_moved"]["passed"] is False
+    # Measured on the part of the square inside the search radius (a quarter of the short side): 30 px or more.
+    assert result["gates"]["subject_moved"]["value"] >= 30
+    assert result["gates"]["subject_moved"]["text"].startswith("subject moved ")
+
+
+def test_a_camera_pan_that_keeps_the_subject_passes():
+    """Background and subject pan together in both clips: the subject is found by colour contrast, not position."""
+    base = scene(pan=2)
+    noisy = np.clip(base.astype(np.int16) + np.random.default_rng(1).integers(-3, 4, base.shape), 0, 255)
+    result = summary(base, noisy.astype(np.uint8))
+    subject = {k: v for k, v in result["gates"].items() if k.startswith("subject_")}
+    assert all(g["passed"] is not False for g in subject.values()), subject
+    assert result["subject_lost_frames"] == []
+
+
+def test_a_subject_broken_into_pieces_fails():
+    result = summary(scene(textured=False), scene(textured=False, broken=range(10, 40)))
+    gate = result["gates"]["subject_fragments"]
+    assert gate["passed"] is False and "broke into" in gate["text"]
+
+
+def test_a_recoloured_subject_fails_on_colour():
+    base = scene(textured=False)
+    cand = base.copy()
+    red = (base == np.array(RED, np.uint8)).all(axis=-1)
+    cand[red] = (200, 60, 160)  # magenta: same place, same shape
+    result = summary(base, cand)
+    assert result["gates"]["subject_colour"]["passed"] is False or result["gates"]["subject_lost"]["passed"] is False
+
+
+def test_no_subject_in_the_baseline_is_said_not_passed():
+    flat = np.full((T, H, W, 3), 40, np.uint8)
+    result = summary(flat, flat)
+    assert result["gates"]["subject_present"]["passed"] is None
+    assert "subject (no subject stands out in the baseline)" in result["suggestion_reasons"][-1]
+
+
+def test_the_worst_window_reads_a_short_defect_a_mean_dilutes():
+    values = np.ones(240)
+    values[100:112] = 0.0  # gone for half a second of ten
+    window = worst_window(values, 12, higher_is_worse=False)
+    assert (window.start, window.end, window.value) == (100, 111, 0.0) and values.mean() > 0.94
+    assert runs(values < 0.5) == [(100, 111)]
+    assert describe_runs([(1, 2), (5, 5), (8, 9), (12, 14)]) == "1–2, 5, 8–9 and 1 more"
+
+
+def test_gate_limits_come_from_gates():
+    present = np.r_[np.ones(20), np.full(12, 0.4), np.ones(20)]
+    values = GateInputs(lpips_delta=None, lpips_reason=None, sharpness_ratio=1.0, temporal_jitter_ratio=1.0,
+                        ghost_threshold=0.05, audio_desync_ms=None, audio_reason=None, psnr_mean=40.0,
+                        series={"subject_present": present, "subject_displacement_px": np.zeros(52),
+                                "subject_fragments": np.zeros(52), "subject_colour_delta": np.zeros(52)},
+                        short_side=128)
+    strict = evaluate(values, Gates(subject_present_min=0.5))[0]["subject_present"]
+    loose = evaluate(values, Gates(subject_present_min=0.3))[0]["subject_present"]
+    assert strict["passed"] is False and strict["frames"] == [20, 31] and loose["passed"] is True
