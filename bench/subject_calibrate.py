@@ -6,9 +6,9 @@ Reads what bench/subject_features.py measured per pair, the labels (assets/subje
 accept / reject from the strip) and the split fixed before tuning (split.json: by (colour, shape, motion) triple).
 Reject is the positive class. Targets (issue 35): reject recall >= 95 %, false rejects <= 5 %.
 
-Tuning (calibration pairs only): coordinate descent over each threshold's candidate values, starting from the
-studio's defaults; a move is kept when it raises recall without taking false rejects over 5 %, or lowers false
-rejects without lowering recall; rounds repeat until nothing moves. The held-out pairs are scored once with the
+Tuning (calibration pairs only): coordinate descent over each threshold's candidate values (SPACE), starting from
+the studio's defaults; a move is kept when it lowers `loss` (how far recall and false rejects are past their
+targets, then the misses and false rejects themselves); rounds repeat until nothing moves. The held-out pairs are scored once with the
 result, beside two references on the same pairs: the studio's defaults before tuning, and the whole-frame gates
 the studio used before issue 35 (no subject gates, ghosting on the raw detector score: one flagged frame
 anywhere).
@@ -29,6 +29,7 @@ from studio.quality.gates import GateInputs, Gates, evaluate
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "assets/subject_corpus"
 FALSE_REJECTS_MAX = 0.05
+RECALL_MIN = 0.95
 # The thresholds tuned and the values each may take (None: that gate off).
 SPACE: dict[str, list] = {
     "subject_lost_frames_max": [1, 2, 3, 4, 6, 8, 12],
@@ -66,12 +67,10 @@ def score(rejected: np.ndarray, truth: np.ndarray) -> dict:
             "missed": int((~rejected & truth).sum()), "false_rejects": int((rejected & ~truth).sum())}
 
 
-def better(new: dict, old: dict) -> bool:
-    if new["false_reject_rate"] > FALSE_REJECTS_MAX:
-        return False
-    if old["false_reject_rate"] > FALSE_REJECTS_MAX:
-        return True
-    return (new["reject_recall"], -new["false_reject_rate"]) > (old["reject_recall"], -old["false_reject_rate"])
+def loss(result: dict) -> float:
+    """Lower is better: distance past each target first (x10), then misses and false rejects themselves."""
+    recall, false = result["reject_recall"], result["false_reject_rate"]
+    return 10 * (max(0.0, RECALL_MIN - recall) + max(0.0, false - FALSE_REJECTS_MAX)) + (1 - recall) + false
 
 
 def whole_frame_gates() -> Gates:
@@ -91,7 +90,7 @@ def tune(inputs: list[GateInputs], rows: list[dict], truth: np.ndarray, start: G
                     continue
                 trial = replace(gates, **{name: value})
                 result = score(verdicts(rows, inputs, trial), truth)
-                if better(result, current):
+                if loss(result) < loss(current) - 1e-9:
                     gates, current, moved = trial, result, True
                     history.append({"round": round_, "set": {name: value}, **result})
         if not moved:
@@ -104,6 +103,30 @@ def by_config(rows: list[dict], rejected: np.ndarray, truth: np.ndarray) -> dict
     for row, r, t in zip(rows, rejected, truth):
         out[row["config"]][f"{'reject' if t else 'accept'}_labelled_{'reject' if r else 'accept'}_suggested"] += 1
     return {k: dict(v) for k, v in sorted(out.items())}
+
+
+def config_figures(rows: list[dict], inputs: list[GateInputs], gates: Gates) -> dict:
+    """Per config, over all its pairs: medians of what the subject gates read (worst windows), and how many pairs
+    lose the subject for more than `subject_lost_frames_max` frames (README's description of each tier)."""
+    table: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for row, values in zip(rows, inputs):
+        entries = evaluate(values, gates)[0]
+        lost = np.nan_to_num(values.series["subject_present"], nan=1.0) < values.subject_lost_below
+        figures = table[row["config"]]
+        figures["lost_frames"].append(int(lost.sum()))
+        figures["lost_run"].append(entries["subject_lost"]["value"] or 0)
+        figures["present"].append(entries["subject_present"]["value"])
+        figures["moved_px"].append(entries["subject_moved"]["value"])
+    out = {}
+    for config, figures in sorted(table.items()):
+        def median(key: str) -> float | None:
+            kept = [v for v in figures[key] if v is not None]
+            return None if not kept else round(float(np.median(kept)), 3)
+        out[config] = {"pairs": len(figures["present"]), "median_lost_frames": median("lost_frames"),
+                       "pairs_losing_subject": sum(r > gates.subject_lost_frames_max for r in figures["lost_run"]),
+                       "median_worst_window_present": median("present"),
+                       "median_worst_window_moved_px": median("moved_px")}
+    return out
 
 
 def main() -> None:
@@ -124,7 +147,7 @@ def main() -> None:
     for step in history:
         print(step)
     report = {"features": str(args.features), "labels": "assets/subject_corpus/labels.json",
-              "split": "assets/subject_corpus/split.json", "targets": {"reject_recall_min": 0.95,
+              "split": "assets/subject_corpus/split.json", "targets": {"reject_recall_min": RECALL_MIN,
                                                                        "false_reject_rate_max": FALSE_REJECTS_MAX},
               "tuned_gates": asdict(tuned), "tuning_history": history, "results": {}}
     for name, gates in (("tuned", tuned), ("defaults_before_tuning", Gates()), ("whole_frame_gates",
@@ -139,6 +162,10 @@ def main() -> None:
                      "note": labels[r["id"]]["note"], "reasons": evaluate(v, gates)[2]}
                     for r, v, rej, t in zip(part[key], inputs[key], rejected, truth[key]) if rej != t]
             print(name, key, {k: v for k, v in report["results"][f"{name}/{key}"].items() if k != "by_config"})
+    everything = part["calibration"] + part["heldout"]
+    report["config_figures"] = config_figures(everything, inputs["calibration"] + inputs["heldout"], tuned)
+    for config, figures in report["config_figures"].items():
+        print(config, figures)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")

@@ -8,6 +8,7 @@ Compare tab can jump there.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,18 +33,18 @@ def worst_window(values: np.ndarray, window: int, higher_is_worse: bool, how: st
     if n == 0 or not np.isfinite(values).any():
         return None
     size = max(1, min(window, n))
+    chunks = np.lib.stride_tricks.sliding_window_view(values, size)
+    measured = np.isfinite(chunks).any(axis=1)
     reduce = np.nanmean if how == "mean" else np.nanmedian
-    best: Window | None = None
-    for start in range(0, n - size + 1):
-        chunk = values[start:start + size]
-        if not np.isfinite(chunk).any():
-            continue
-        value = float(reduce(chunk))
-        if best is None or (value > best.value if higher_is_worse else value < best.value):
-            inner = np.where(np.isfinite(chunk), chunk, -np.inf if higher_is_worse else np.inf)
-            frame = start + int(np.argmax(inner) if higher_is_worse else np.argmin(inner))
-            best = Window(start, start + size - 1, value, frame)
-    return best
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: skipped below
+        aggregate = reduce(chunks, axis=1)
+    aggregate = np.where(measured, aggregate, -np.inf if higher_is_worse else np.inf)
+    start = int(np.argmax(aggregate) if higher_is_worse else np.argmin(aggregate))  # the first of equal windows
+    chunk = chunks[start]
+    inner = np.where(np.isfinite(chunk), chunk, -np.inf if higher_is_worse else np.inf)
+    frame = start + int(np.argmax(inner) if higher_is_worse else np.argmin(inner))
+    return Window(start, start + size - 1, float(aggregate[start]), frame)
 
 
 def runs(flags: np.ndarray) -> list[tuple[int, int]]:
