@@ -235,12 +235,12 @@ def test_strict_mode_raises_on_kernel_failure(monkeypatch):
         bsa.block_sparse_attention(q, q, q, video_start=20, valid_len=256, keep_ratio=0.1)
 
 
-def _real_width_blocks(S: int = 4096):
+def _real_width_blocks(S: int = 4096, seed: int = 0):
     """An fp32 H3 block at the real width with random weights (norm gains near 1) and its bf16 copy, on the GPU,
     with one request's inputs: (ref_blk, blk, x (1, S, C), temb (2, 2688), row index (S,), rope)."""
     from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3RotaryPosEmbed, MiniMaxH3TransformerBlock
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     with torch.device("cuda"):
         ref_blk = MiniMaxH3TransformerBlock(C, H, D, 14336, 2688, 1e-5, 1e-5)
         for p in ref_blk.parameters():
@@ -347,6 +347,9 @@ def test_fp8_block_real_width():
     with torch.no_grad():
         ref = ref_blk(x, temb, idx, rope)
         stock = blk(x.bfloat16(), temb, idx, rope)
+        install_fp8_linears(holder, weights)  # fp8 linears on the stock block: e4m3's own error, no fused kernel
+        linears = blk(x.bfloat16(), temb, idx, rope)
+        remove_fp8_linears(holder, weights)
         enable_fused_blocks(holder, fp8=True)
         install_fp8_linears(holder, weights)
         blk.attn.set_processor(StudioAttnProcessor(0, AttentionRuntime(plan=None, valid_length=S, padded_length=S,
@@ -354,6 +357,8 @@ def test_fp8_block_real_width():
         fp8 = blk(x.bfloat16(), temb, idx, rope)
         remove_fp8_linears(holder, weights)
         disable_fused_blocks(holder)
-    e_stock, e_fp8 = rel(stock, ref), rel(fp8, ref)
+    e_stock, e_linears, e_fp8 = rel(stock, ref), rel(linears, ref), rel(fp8, ref)
     assert not torch.isnan(fp8).any() and not any(has_hook(m, FP8_HOOK) for m in blk.modules())
-    assert e_fp8 < 5e-2 and e_fp8 > e_stock, (e_fp8, e_stock)
+    # e4m3 alone costs this block ~7% (bench/results/fp8_block_error.json, H100, 4 seeds: fp8 linears 0.0721-0.0744,
+    # fused + fp8 0.0720-0.0743, e4m3-rounded weights alone 0.054): the fused kernels may add at most 5% of that.
+    assert e_stock < e_fp8 <= 1.05 * e_linears and e_fp8 < 0.1, (e_fp8, e_linears, e_stock)
