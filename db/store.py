@@ -288,6 +288,10 @@ class Store(ReviewStore):
         except FileNotFoundError:
             raise ClipMissing(f"the file of clip {sha[:12]} ({where}) is missing from the data dir; restore it "
                               "from a backup (its bytes must hash to its sha256)") from None
+        except (IsADirectoryError, PermissionError) as error:  # was a 500 (issue 42 item 5)
+            raise ClipMissing(f"the file of clip {sha[:12]} ({where}) cannot be read ({type(error).__name__}: "
+                              "a directory or an unreadable file stands in its place); restore it from a backup") \
+                from None
         if digest != sha:
             raise ClipIntegrityError(f"the file of clip {sha[:12]} ({where}) no longer matches its sha256 (it "
                                      "changed on disk); it is not served or compared until restored")

@@ -69,6 +69,7 @@ def read_image(name: str, value) -> InputImage:
         raise RequestError(name, f"is {len(data):,} bytes; at most {MAX_IMAGE_BYTES // 2**20} MiB")
     from PIL import Image, UnidentifiedImageError
 
+    kind = "image"  # until Image.open has read the header (a text chunk that inflates too far fails inside it)
     try:
         with Image.open(io.BytesIO(data)) as image:
             kind, (width, height) = image.format, image.size

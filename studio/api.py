@@ -194,9 +194,10 @@ class RuleUpdate(BaseModel):
     """Admin only: the approval rule's fields to change."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    min_distinct_prompts: int | None = None
-    min_reviewers: int | None = None
-    max_rejects: int | None = None
+    # Upper bounds so that 2^63 or 10^30 gets a 400 naming the field, never an overflow in SQLite (issue 42).
+    min_distinct_prompts: int | None = Field(None, le=100_000)
+    min_reviewers: int | None = Field(None, le=1_000)
+    max_rejects: int | None = Field(None, le=100_000)
 
 
 class ExportCreate(BaseModel):

@@ -18,6 +18,7 @@ capped at 64 MiB by studio/guard.py).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -70,10 +71,10 @@ def _typed(name: str, value: str) -> Any:
     import json
 
     if name in INT_FIELDS:
-        try:
-            return int(value.strip())
-        except ValueError:
-            raise RequestError(name, f"must be an integer, got {value!r}") from None
+        # ASCII digits only, as JSON takes them: int() alone also reads "1_000" and Arabic-Indic "٣٣".
+        if not re.fullmatch(r"[+-]?[0-9]{1,19}", value.strip()):
+            raise RequestError(name, f"must be an integer (ASCII digits), got {value[:40]!r}")
+        return int(value.strip())
     if name in BOOL_FIELDS:
         if value.strip().lower() not in ("true", "false"):
             raise RequestError(name, f"must be true or false, got {value!r}")
@@ -81,7 +82,7 @@ def _typed(name: str, value: str) -> Any:
     if name in JSON_FIELDS:
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested thousands deep
             raise RequestError(name, "must be a JSON object, e.g. {\"duration_seconds\": 5}") from None
         if not isinstance(parsed, dict):
             raise RequestError(name, "must be a JSON object, e.g. {\"duration_seconds\": 5}")

@@ -5,6 +5,7 @@ and bad uploads answered 400/413 naming the field."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import time
 
@@ -87,6 +88,20 @@ def test_a_pair_with_references_keys_its_configuration_by_task_and_exports_its_i
     assert manifest["inputs"]["references"][0]["sha256"] == hashlib.sha256(reference).hexdigest()
 
 
+def _text_bomb_png() -> bytes:
+    """A valid 64x64 PNG with a zTXt chunk that inflates to 50 MB (a few KB on the wire)."""
+    import zlib
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(out, "PNG")
+    png = out.getvalue()
+    body = b"Comment\0\0" + zlib.compress(b"\0" * (50 * 2**20), 9)
+    chunk = len(body).to_bytes(4, "big") + b"zTXt" + body + zlib.crc32(b"zTXt" + body).to_bytes(4, "big")
+    return png[:33] + chunk + png[33:]  # after the 8-byte signature and the 25-byte IHDR chunk
+
+
 @pytest.mark.parametrize("path,data,files,status,field", [
     ("/v1/videos", {"prompt": "x"}, {"input_reference": ("a.png", b"not an image", "image/png")}, 400,
      "input_reference"),
@@ -106,6 +121,18 @@ def test_a_pair_with_references_keys_its_configuration_by_task_and_exports_its_i
      "references[0]"),
     ("/v1/pairs", {"prompt": "x", "tier": "turbo"}, {"last_frame": ("a.png", b"\0" * (20 * 2**20 + 1), "x")}, 413,
      "last_frame"),
+    # issue 42 item 5: a 64x64 PNG whose zTXt chunk inflates to 50 MB was a 500 (UnboundLocalError on `kind`)
+    ("/v1/videos", {"prompt": "x"}, {"input_reference": ("a.png", _text_bomb_png(), "image/png")}, 400,
+     "input_reference"),
+    ("/v1/pairs", {"prompt": "x", "tier": "turbo"}, {"first_frame": ("a.png", _text_bomb_png(), "image/png")}, 400,
+     "first_frame"),
+    # a target nested 100,000 deep was a 500 (RecursionError); "1_000" and Arabic-Indic digits were seeds
+    ("/v1/videos", {"prompt": "x", "target": "[" * 100_000 + "]" * 100_000},
+     {"input_reference": ("a.png", b"x", "image/png")}, 400, "target"),
+    ("/v1/videos", {"prompt": "x", "seed": "1_000"}, {"input_reference": ("a.png", b"x", "image/png")}, 400,
+     "seed"),
+    ("/v1/videos", {"prompt": "x", "seed": "\u0663\u0663"}, {"input_reference": ("a.png", b"x", "image/png")}, 400,
+     "seed"),
 ])
 def test_bad_uploads_name_the_field(studio, path, data, files, status, field):
     client, service, _ = studio

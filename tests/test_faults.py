@@ -168,11 +168,14 @@ def _break(store: Store, sha: str, how: str) -> None:
     path = store.clip_path(sha)
     if how == "missing":
         path.unlink()
+    elif how == "directory":  # a directory in the clip's place was a 500 (issue 42 item 5)
+        path.unlink()
+        path.mkdir()
     else:
         path.write_bytes(path.read_bytes()[:-1] + b"!")  # same size, one byte changed
 
 
-@pytest.mark.parametrize(("how", "status"), [("missing", 404), ("altered", 409)])
+@pytest.mark.parametrize(("how", "status"), [("missing", 404), ("altered", 409), ("directory", 404)])
 def test_a_lost_or_altered_clip_is_refused_clearly_not_served(served_pair, how: str, status: int) -> None:
     client, store, pair, _ = served_pair
     url = f"/v1/videos/{pair.candidate_video_id}/content"

@@ -62,6 +62,9 @@ def test_only_admins_delete_cancel_others_and_change_the_rule(studio):
     assert (rule.status_code, error_of(rule)["field"]) == (403, "approval_rule")
     bad = client.put("/v1/approval-rule", auth=ROOT, json={"min_reviewers": 0})
     assert (bad.status_code, error_of(bad)["field"]) == (400, "min_reviewers")
+    for field, huge in (("min_reviewers", 2**63), ("min_distinct_prompts", 10**30), ("max_rejects", 2**63)):
+        bad = client.put("/v1/approval-rule", auth=ROOT, json={field: huge})  # was a 500 (issue 42 item 5)
+        assert (bad.status_code, error_of(bad)["field"]) == (400, field), bad.text
     assert client.put("/v1/approval-rule", auth=ROOT, json={"min_reviewers": 1}).json()["min_reviewers"] == 1
     current = client.get("/v1/approval-rule", auth=BOB).json()
     assert current["min_reviewers"] == 1 and [h["changed_by"] for h in current["history"]] == ["root"]
