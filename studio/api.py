@@ -553,14 +553,19 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         return blind_object(service.blind.open(pair_id, _reviewer(user, body.reviewer if body else None)))
 
     @router.get("/blind/{blind_id}", tags=["review"], summary="A blind review (which clip was which once answered)")
-    def get_blind(blind_id: str) -> dict[str, Any]:
-        return blind_object(service.blind.get(blind_id))
+    def get_blind(blind_id: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        view = service.blind.get(blind_id)
+        # Its reviewer's and admins' only: another reviewer would learn which clip was which (issue 42 item 3).
+        _actor(accounts, user).require_owner(view["reviewer"], "blind_id", "read this blind review")
+        return blind_object(view)
 
     @router.get("/blind/{blind_id}/{label}/content", tags=["review"], summary="Clip A or B of a blind review",
                 response_class=FileResponse)
-    def blind_content(blind_id: str, label: str) -> FileResponse:
+    def blind_content(blind_id: str, label: str, user: str | None = Depends(current_user)) -> FileResponse:
         if label.lower() not in ("a", "b"):
             raise RequestError("label", f"must be a or b, got {label!r}")
+        _actor(accounts, user).require_owner(service.blind.get(blind_id)["reviewer"], "blind_id",
+                                             "watch this blind review's clips")
         path = service.blind.clip(blind_id, label.lower())
         return FileResponse(path, media_type="video/mp4", filename=f"{label.upper()}.mp4")
 

@@ -59,6 +59,10 @@ def test_blind_review_hides_the_order_until_the_verdict_is_saved(studio):
     not_yours = client.post(f"/v1/blind/{view['id']}/verdict", auth=BOB, json={"answer": "no_difference"})
     assert (not_yours.status_code, not_yours.json()["error"]["field"]) == (409, "reviewer")
     assert client.get(f"/v1/blind/{view['id']}", auth=ALICE).json()["revealed"] is None  # still hidden
+    # Another reviewer reads neither the review nor its clips (issue 42 item 3: it told them which was which).
+    for url in (f"/v1/blind/{view['id']}", view["a_content_url"], view["b_content_url"]):
+        peek = client.get(url, auth=BOB)
+        assert (peek.status_code, peek.json()["error"]["field"]) == (403, "blind_id"), peek.text
 
     saved = client.post(f"/v1/blind/{view['id']}/verdict", auth=ALICE,
                         json={"answer": "a_worse", "reasons": ["blur"], "notes": "A is soft"})
@@ -68,7 +72,8 @@ def test_blind_review_hides_the_order_until_the_verdict_is_saved(studio):
     assert (verdict["blind_a"], verdict["blind_answer"], verdict["decision"]) == (a_role, "a_worse", expected)
     revealed = verdict["blind_review"]["revealed"]
     assert (revealed["a"], revealed["told_apart"]) == (a_role, a_role == "candidate")
-    assert client.get(f"/v1/blind/{view['id']}", auth=BOB).json()["revealed"]["a"] == a_role  # and stays shown
+    assert client.get(f"/v1/blind/{view['id']}", auth=ALICE).json()["revealed"]["a"] == a_role  # and stays shown
+    assert client.get(f"/v1/blind/{view['id']}", auth=BOB).status_code == 403  # to its reviewer (and admins) only
     again = client.post(f"/v1/blind/{view['id']}/verdict", auth=ALICE, json={"answer": "no_difference"})
     assert (again.status_code, again.json()["error"]["field"]) == (409, "blind_id")
     # The order is recorded with the verdict, in its history.
