@@ -23,7 +23,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -51,6 +51,7 @@ from studio.api_models import (
     VideoObject,
 )
 from studio.auth import Accounts
+from studio.blind import disguised
 from studio.guard import RequestGuard, basic_credentials, public_health
 from studio.jobs import QueueFull
 from studio.roles import OPEN, Actor, Forbidden
@@ -560,14 +561,17 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         return blind_object(view)
 
     @router.get("/blind/{blind_id}/{label}/content", tags=["review"], summary="Clip A or B of a blind review",
-                response_class=FileResponse)
-    def blind_content(blind_id: str, label: str, user: str | None = Depends(current_user)) -> FileResponse:
+                response_class=Response)
+    def blind_content(blind_id: str, label: str, user: str | None = Depends(current_user)) -> Response:
         if label.lower() not in ("a", "b"):
             raise RequestError("label", f"must be a or b, got {label!r}")
         _actor(accounts, user).require_owner(service.blind.get(blind_id)["reviewer"], "blind_id",
                                              "watch this blind review's clips")
         path = service.blind.clip(blind_id, label.lower())
-        return FileResponse(path, media_type="video/mp4", filename=f"{label.upper()}.mp4")
+        # Bytes, not a FileResponse: no ETag or size from the named clip's file (issue 42 item 3).
+        return Response(disguised(path.read_bytes(), blind_id, label.lower()), media_type="video/mp4",
+                        headers={"Content-Disposition": f'inline; filename="{label.upper()}.mp4"',
+                                 "Cache-Control": "private, no-store"})
 
     @router.post("/blind/{blind_id}/verdict", tags=["review"],
                  summary="Answer a blind review: no_difference, a_worse or b_worse; reveals which was which")
