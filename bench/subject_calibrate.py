@@ -8,10 +8,10 @@ Reject is the positive class. Targets (issue 35): reject recall >= 95 %, false r
 
 Tuning (calibration pairs only): coordinate descent over each threshold's candidate values (SPACE), starting from
 the studio's defaults; a move is kept when it lowers `loss` (how far recall and false rejects are past their
-targets, then the misses and false rejects themselves); rounds repeat until nothing moves. The held-out pairs are scored once with the
-result, beside two references on the same pairs: the studio's defaults before tuning, and the whole-frame gates
-the studio used before issue 35 (no subject gates, ghosting on the raw detector score: one flagged frame
-anywhere).
+targets, then the misses and false rejects themselves); rounds repeat until nothing moves. The held-out pairs
+are scored once with the result, beside two references on the same pairs: the studio's defaults before tuning,
+and the whole-frame gates the studio used before issue 35 (no subject gates, ghosting on the raw detector score:
+one flagged frame anywhere).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def config_figures(rows: list[dict], inputs: list[GateInputs], gates: Gates) -> 
         figures["moved_px"].append(entries["subject_moved"]["value"])
     out = {}
     for config, figures in sorted(table.items()):
-        def median(key: str) -> float | None:
+        def median(key: str, figures: dict = figures) -> float | None:
             kept = [v for v in figures[key] if v is not None]
             return None if not kept else round(float(np.median(kept)), 3)
         out[config] = {"pairs": len(figures["present"]), "median_lost_frames": median("lost_frames"),

@@ -89,7 +89,8 @@ def test_flip_unavailable_is_null_with_reason(base, monkeypatch):
     assert summary["flip"] is None and summary["per_frame"][0]["flip"] is None
     assert "pip install flip-evaluator" in summary["flip_reason"]
     assert summary["gates"]["flip"]["passed"] is None
-    assert summary["suggestion_reasons"][-1].startswith("Not measured:") and "FLIP (" in summary["suggestion_reasons"][-1]
+    last = summary["suggestion_reasons"][-1]
+    assert last.startswith("Not measured:") and "FLIP (" in last
     with pytest.raises(Exception, match="no FLIP maps"):
         comparison.flip_map(0)
 

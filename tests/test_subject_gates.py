@@ -8,7 +8,7 @@ import pytest
 
 from studio.quality.clipio import ClipData
 from studio.quality.compare import compare_clips
-from studio.quality.gates import Gates, GateInputs, evaluate
+from studio.quality.gates import GateInputs, Gates, evaluate
 from studio.quality.windows import describe_runs, runs, worst_window
 
 W, H, T, SIDE = 224, 128, 48, 22
