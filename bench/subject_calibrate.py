@@ -75,10 +75,16 @@ def loss(result: dict) -> float:
     return 10 * (max(0.0, RECALL_MIN - recall) + max(0.0, false - FALSE_REJECTS_MAX)) + (1 - recall) + false
 
 
+# The gates as first written for issue 35, before any tuning: where the search starts.
+UNTUNED = Gates(window_frames=12, subject_lost_frames_max=2, subject_present_min=0.45, subject_moved_max=0.08,
+                subject_fragments_max=0.5, subject_colour_max=25.0, subject_flip_max=0.30, sharpness_ratio_min=0.95,
+                sharpness_ratio_max=1.08, ghost_frames_min=3, flip_mean_max=0.12)
+
+
 def whole_frame_gates() -> Gates:
     """The gates before issue 35: whole-frame FLIP, sharpness, jitter, flicker; one ghost frame anywhere fails."""
     off = {f.name: None for f in fields(Gates) if f.name.startswith("subject_") and f.name != "subject_lost_frames_max"}
-    return replace(Gates(), **off, subject_lost_frames_max=10**6, ghost_frames_min=1, flip_window_max=None)
+    return replace(UNTUNED, **off, subject_lost_frames_max=10**6, ghost_frames_min=1, flip_window_max=None)
 
 
 def tune(inputs: list[GateInputs], rows: list[dict], truth: np.ndarray, start: Gates,
@@ -151,20 +157,22 @@ def main() -> None:
     inputs = {k: [load_inputs(r) for r in v] for k, v in part.items()}
     truth = {k: np.array([labels[r["id"]]["label"] == "reject" for r in v]) for k, v in part.items()}
     print(f"{len(part['calibration'])} calibration pairs, {len(part['heldout'])} held-out pairs")
-    tuned, history = tune(inputs["calibration"], part["calibration"], truth["calibration"], Gates(), args.trials)
+    tuned, history = tune(inputs["calibration"], part["calibration"], truth["calibration"], UNTUNED, args.trials)
     report = {"features": str(args.features), "labels": "assets/subject_corpus/labels.json",
               "split": "assets/subject_corpus/split.json", "targets": {"reject_recall_min": RECALL_MIN,
                                                                        "false_reject_rate_max": FALSE_REJECTS_MAX},
               "tuned_gates": asdict(tuned), "tuning_history": history, "results": {}}
-    for name, gates in (("tuned", tuned), ("defaults_before_tuning", Gates()), ("whole_frame_gates",
-                                                                               whole_frame_gates())):
+    # adopted: the studio's defaults (studio/quality/gates.py), the tuned values where they are set there.
+    report["adopted_gates"] = asdict(Gates())
+    for name, gates in (("tuned", tuned), ("adopted", Gates()), ("untuned", UNTUNED),
+                        ("whole_frame_gates", whole_frame_gates())):
         for key in ("calibration", "heldout"):
             rejected = verdicts(part[key], inputs[key], gates)
             sure = np.array([labels[r["id"]]["confidence"] == "sure" for r in part[key]])
             report["results"][f"{name}/{key}"] = {**score(rejected, truth[key]),
                                                   "sure_labels_only": score(rejected[sure], truth[key][sure]),
                                                   "by_config": by_config(part[key], rejected, truth[key])}
-            if name == "tuned" and key == "heldout":
+            if name == "adopted" and key == "heldout":
                 report["heldout_errors"] = [
                     {"id": r["id"], "label": labels[r["id"]]["label"], "confidence": labels[r["id"]]["confidence"],
                      "note": labels[r["id"]]["note"], "reasons": evaluate(v, gates)[2]}
@@ -172,7 +180,7 @@ def main() -> None:
             print(name, key, {k: v for k, v in report["results"][f"{name}/{key}"].items() if k != "by_config"},
                   flush=True)
     everything = part["calibration"] + part["heldout"]
-    report["config_figures"] = config_figures(everything, inputs["calibration"] + inputs["heldout"], tuned)
+    report["config_figures"] = config_figures(everything, inputs["calibration"] + inputs["heldout"], Gates())
     for config, figures in report["config_figures"].items():
         print(config, figures)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -152,8 +152,9 @@ def test_noise_and_blur_fail_sharpness_and_jitter_but_are_not_ghosts(base_frames
 
 def test_gates_are_configurable(base_frames):
     comparison = compare_clips(clip(base_frames), clip(synth.noise(base_frames, 8)), lpips=False,
-                               gates=Gates(sharpness_ratio_max=10.0, temporal_jitter_ratio_max=100.0,
-                                           lpips_delta_max=None, flip_mean_max=None, temporal_consistency_max=None))
+                               gates=Gates(sharpness_ratio_min=0.95, sharpness_ratio_max=10.0,
+                                           temporal_jitter_ratio_max=100.0, lpips_delta_max=None, flip_mean_max=None,
+                                           flip_window_max=None, temporal_consistency_max=None))
     summary = comparison.summary()
     assert summary["gates"]["sharpness_ratio"] == {"value": summary["sharpness_ratio"], "limit": [0.95, 10.0],
                                                    "passed": True, "frames": None, "frame": None, "text": None}
