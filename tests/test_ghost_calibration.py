@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from studio.quality import ClipData, GhostParams, compare_clips, synth
+from studio.quality.gates import Gates
 from studio.quality.lpips_metric import LpipsScorer, load_lpips
 from studio.quality.metrics import BaselineMotionCache
 
@@ -143,13 +144,19 @@ def _lpips_scorer() -> tuple[LpipsScorer | None, str]:
 _BASELINE_FLOW = BaselineMotionCache()  # per worker process: a scene's 26 cases share one baseline
 
 
+# The ghosting gate as these synthetic scenes were calibrated with: 3 flagged frames in half a second. The studio's
+# default needs 12 of 12 (tuned on labelled nano pairs, where fewer fire on clean clips; BENCHMARKS.md "Subject
+# gates"); with it this suite's recall at opacity >= 10 % is 76.4 % (2026-12-06). That conflict is open (issue 35).
+GHOST_GATES = Gates(ghost_frames_min=3)
+
+
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """One comparison through the public API (LPIPS on 2 frames only, for the ranking). FLIP is off: nothing here
     reads it, the detector does not use it, and it was 60 % of a case's CPU time (bench/ghost_heldout.py does the
     same)."""
     base, cand = render_case(case)
     comparison = compare_clips(ClipData(base, 24.0), ClipData(cand, 24.0), lpips=False, flip=False, workers=1,
-                               baseline_motion=_BASELINE_FLOW)
+                               baseline_motion=_BASELINE_FLOW, gates=GHOST_GATES)
     summary = comparison.summary()
     scorer, lpips_kind = _lpips_scorer()
     picks = list(LPIPS_FRAMES)
