@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import repeat
 from typing import Any
 
@@ -109,7 +110,7 @@ class Comparison:
             return None
         return self.subject.region_mean(self.flip_maps)
 
-    @property
+    @cached_property
     def ghost_near_subject(self) -> np.ndarray:
         """float32 (T,): the ghost score where the detector's evidence lies near the baseline's subject (within the
         subject search radius), 0 elsewhere: ghosting is a copy of a moving subject, and evidence far from it (a
