@@ -164,7 +164,17 @@ def main(argv=None) -> dict:
             if args.steps:
                 payload["steps"] = args.steps
             os.environ[COMPILE_ENV] = "1" if entry["compiled"] else "0"
-            record.update(run_request(engine, payload, None, f"{entry['tier']}_{entry['prompt']}"))
+            try:
+                record.update(run_request(engine, payload, None, f"{entry['tier']}_{entry['prompt']}"))
+            except Exception as error:  # noqa: BLE001 - an out-of-memory request is recorded and the next one runs
+                record["skipped"] = f"failed at {elapsed:.0f} s: {type(error).__name__}: {str(error)[:300]}"
+                result["requests"].append(record)
+                path.write_text(json.dumps(result, indent=1))
+                print(f"failed {entry}: {record['skipped']}", flush=True)
+                last_clip.clear()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                continue
             frames = np.asarray(last_clip["clip"].frames)
             key = (entry["tier"], entry["prompt"], seed)
             record.update(seed=seed, compiled_decode=entry["compiled"], started_at_s=elapsed)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call of bench/tier_ratios.py on one H200 (issue 39 item 2). Carry .whld: diffusers' wheel unpacked and
+# One device call of bench/tier_ratios.py on one H200 or H100 (issue 39 item 2). Carry .whld: diffusers' wheel unpacked and
 # xz-tarred (.whld/diffusers.tar.xz, 2 MB; PyAV's 25 MB does not fit beside the tree, so the MP4 is bench/e2e_bench's
 # OpenCV stand-in, recorded as `mux` in the JSON).
 #
@@ -14,7 +14,7 @@ DEADLINE=${3:-560}
 OUT=${OUT:-/tmp/tier_ratios_out}
 mkdir -p "$OUT"
 mkdir -p /tmp/site && xz -dc .whld/diffusers.tar.xz | tar xf - -C /tmp/site || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.sm,temperature.gpu --format=csv \
     >"$OUT/${NAME}_nvidia_smi.csv" 2>&1
 python3 -m bench.tier_ratios --config full --schedule "$SCHEDULE" --deadline "$DEADLINE" --name "$NAME" \
