@@ -204,9 +204,8 @@ def _memory(args) -> dict:
         here = machine_here(torch.device("cuda")) if torch.cuda.is_available() else None
     from engine.tiers import TierTable
 
-    tiers = TierTable.load()
-    fp8 = any(tier.fp8 for tier in tiers.tiers.values())  # the engine then keeps fp8 weight copies
-    return memory_report(root, geometry_of(root, pipeline), here, fp8, tiers)  # and merges LoRA tiers per request
+    # its techniques' memory: fp8 weight copies kept from load, LoRA tiers merged per request
+    return memory_report(root, geometry_of(root, pipeline), here, TierTable.load())
 
 
 def _info(args) -> int:

@@ -14,13 +14,11 @@ Ulysses exchange turns them into every row of this rank's heads before the three
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3AttnProcessor, _apply_rotary_emb
-
-from engine.tiers import TierPlan
 
 
 class HeadExchange(Protocol):
@@ -37,7 +35,7 @@ class HeadExchange(Protocol):
 class AttentionRuntime:
     """Per-request state every block's processor reads. Keys of compiled kernels use `padded_length` only."""
 
-    plan: TierPlan | None
+    plan: Any  # the request's engine.tiers.TierPlan (None: dense everywhere, as benches and kernel tests use it)
     valid_length: int
     padded_length: int
     video_start: int

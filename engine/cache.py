@@ -14,12 +14,11 @@ from collections.abc import Callable
 import torch
 
 from engine.hooks import ModelHook, add_hook, remove_hook
-from engine.tiers import CacheSpec, TierPlan
 
 CACHE_HOOK = "h3_first_block_cache"
 
 
-def most_hits(plan: TierPlan) -> list[int]:
+def most_hits(plan) -> list[int]:
     """The steps the cache skips when every change is under the threshold: the most hits its rules allow.
 
     Same rules as `FirstBlockCache._decide`: a hit needs a step the plan lets the cache skip (after warm-up, never
@@ -41,9 +40,10 @@ def most_hits(plan: TierPlan) -> list[int]:
 class FirstBlockCache:
     """Hooks the transformer blocks for one request (a `_CacheHook` each); `remove()` takes the hooks off."""
 
-    def __init__(self, spec: CacheSpec, plan: TierPlan,
-                 measure: Callable[[torch.Tensor, torch.Tensor], float] | None = None):
-        """`measure(residual, previous)` -> relative L1 change; default: over the local tensors."""
+    def __init__(self, spec, plan, measure: Callable[[torch.Tensor, torch.Tensor], float] | None = None):
+        """`spec`: the tier's `CacheSpec` (engine/techniques/cache.py), `plan`: the request's `engine.tiers.TierPlan`
+        (this module imports neither: the cache technique imports it); `measure(residual, previous)` -> relative
+        L1 change; default: over the local tensors."""
         self.spec = spec
         self.plan = plan
         self.measure = measure

@@ -17,7 +17,7 @@ import torch
 from engine.errors import ModelLoadError, RequestError
 from engine.layout import ModelGeometry
 from engine.prompt_guide import PromptGuide
-from engine.tiers import DEFAULT_SPARSE_TILE, check_model_tile
+from engine.tiles import DEFAULT_SPARSE_TILE, check_model_tile
 
 NANO_PATH = Path(__file__).resolve().parent.parent / "assets" / "nano"
 DEFAULT_PIPELINE_CONFIG = {"canvas_short_edge": 768, "canvas_max_pixels": 768 * 1344}

@@ -2,9 +2,10 @@
 Engine.plan(request) -> RequestPlan, then Engine.generate(request, on_step, cancel) -> Clip.
 
 validate → plan → encode_text → prepare_noise → denoise → decode_video → decode_audio → mux, each stage timed.
-The request's tier becomes a TierPlan; the plan's techniques are installed around the denoise stage (LoRA hooks,
-attention processors, fused blocks, first-block cache) and always removed afterwards, so a failed or cancelled
-request leaves the model exactly as it was and the engine keeps serving.
+The request's tier becomes a TierPlan; the techniques it turns on (engine/techniques/: LoRA, fused ops, fp8,
+block-sparse attention, first-block cache) are installed around the denoise stage in registry order, on the
+studio's attention processors where one needs them, and an exit stack always removes them in reverse, so a failed
+or cancelled request leaves the model exactly as it was and the engine keeps serving.
 
 With a `parallel` context (one per worker process, engine/distributed.py) the same stages run on every rank: the
 prompt is encoded on rank 0 and broadcast, the packed length is padded to a multiple of the group size, the
@@ -20,18 +21,17 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from engine.attention import AttentionRuntime, install_processors, restore_processors, tile_row_order
-from engine.cache import FirstBlockCache
+from engine import techniques as registry
+from engine.attention import AttentionRuntime, install_processors, restore_processors
 from engine.clip import Clip
 from engine.components import Components, load_components
 from engine.errors import RequestError
 from engine.interface import ModelFacts, RequestPlan, plan_request, sparse_kernel_of, task_tier_config, tier_plan
-from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas, video_tile_order
+from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas
 from engine.media import encode_mp4
 from engine.memory import Machine
 from engine.request import GenerationRequest, ModelLimits
@@ -85,24 +85,28 @@ class _Timer:
 
 
 class _TierControl:
-    """The StepControl of one request: forwards step boundaries to the attention runtime and the cache."""
+    """The StepControl of one request: forwards step boundaries to the attention runtime and to each installed
+    technique, and gathers their per-step records."""
 
-    def __init__(self, runtime: AttentionRuntime | None, cache: FirstBlockCache | None):
-        self.runtime, self.cache = runtime, cache
+    def __init__(self, runtime: AttentionRuntime | None):
+        self.runtime = runtime
+        self.applied: list[tuple[str, registry.Applied]] = []  # (technique name, its installation)
 
     def begin_step(self, index: int, total: int) -> None:
         if self.runtime:
             self.runtime.begin_step(index)
-        if self.cache:
-            self.cache.begin_step(index)
+        for _, applied in self.applied:
+            applied.begin_step(index)
 
     def end_step(self, index: int) -> dict:
         record = self.runtime.step_record() if self.runtime else {}
-        if self.cache:
-            record["cache"] = self.cache.step_record()
-            if self.cache.last_change is not None:
-                record["cache_change"] = round(self.cache.last_change, 6)
+        for _, applied in self.applied:
+            record.update(applied.step_record())
         return record
+
+    def reports(self) -> dict[str, dict]:
+        """What each technique records in the clip (read once they are removed)."""
+        return {name: report for name, applied in self.applied if (report := applied.report()) is not None}
 
 
 @dataclass
@@ -113,7 +117,7 @@ class _Denoised:
     video_rows: torch.Tensor
     audio_rows: torch.Tensor
     step_records: list[dict]
-    lora_report: dict | None
+    reports: dict[str, dict]  # technique name -> its report (the clip's `lora` is the LoRA's)
     compiles: dict
 
 
@@ -130,10 +134,10 @@ class Engine(ModelFacts):
         self.components = components
         self.parallel = parallel
         table = tiers or TierTable.load()
-        fp8 = parallel is None and any(tier.fp8 for tier in table.tiers.values())
-        # Sequence-parallel ranks keep a LoRA on hooks (FSDP shards are not merged): no undo records to plan for.
         self.sparse_kernel = sparse_kernel_of(components)
-        self.memory = (plan_for(components.path, machine, components.geometry, fp8,
+        # What the techniques keep and hold counts on a single-process engine only: sequence-parallel ranks keep a
+        # LoRA on hooks (FSDP shards are not merged) and refuse fp8.
+        self.memory = (plan_for(components.path, machine, components.geometry,
                                 table if parallel is None else None, self.sparse_kernel)
                        if machine is not None else None)
         self._placement_hooks = apply_plan(components, self.memory.plan if self.memory else None)
@@ -141,15 +145,13 @@ class Engine(ModelFacts):
         self._prompt_embeds: OrderedDict[str, torch.Tensor] = OrderedDict()  # `_encoded`'s cache
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
         self._lock = threading.Lock()
-        self._loras: dict[tuple[str, float, int], object] = {}
-        self.damaged: str | None = None  # set if a merged LoRA's base weights could not be restored exactly
+        self.damaged: str | None = None  # set if a technique could not be removed (the weights may not be the model's)
         self.compile_keys: set[tuple] = set()  # every kernel specialisation this process has built
-        # fp8 tiers: block weights quantized once (engine/fp8.py), at load for the main transformer; FSDP shards
-        # (sequence-parallel workers) are not quantized and refuse fp8 tiers.
-        self._fp8_weights: dict[int, dict] = {}
-        self.fp8_ready = parallel is None
-        if self.fp8_ready and any(tier.fp8 for tier in self.tiers.tiers.values()):
-            self._fp8_for(components.transformer)
+        # One instance of each registered technique per engine: they keep what they load (fp8 weights quantized at
+        # load, LoRA adapters read on first use).
+        self.techniques = {technique.name: technique() for technique in registry.techniques()}
+        for technique in self.techniques.values():
+            technique.load(components.transformer, table, parallel is not None)
 
     @classmethod
     def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None,
@@ -172,9 +174,10 @@ class Engine(ModelFacts):
             raise RuntimeError(self.damaged)
         request = self.tiers.validate(payload, self.limits)
         check_task(self.components, request)
-        if self.tiers.get(request.tier).fp8 and not self.fp8_ready:
-            raise RequestError("tier", f"{request.tier} is unavailable: fp8 tiers run on the single-process engine "
-                               "(sequence-parallel workers keep bf16 shards)")
+        for technique in registry.active(self.tiers.get(request.tier)):
+            reason = technique.engine_refusal(parallel=self.parallel is not None)
+            if reason:
+                raise RequestError("tier", f"{request.tier} is unavailable: {reason}")
         if self.memory is not None:  # refuse what this machine cannot hold, before anything runs
             self.memory.check(request, self.components.tokenizer)
         return request
@@ -237,16 +240,15 @@ class Engine(ModelFacts):
             layout = self.parallel.begin_request(layout)
         with timer.stage("prepare_noise"):
             video_rows, audio_rows = prepare_noise(components, canvas, request.seed, conditions)
-        with timer.stage("denoise"), self._installed(plan, canvas, layout, transformer) as (control, lora_report,
-                                                                                           runtime):
+        with timer.stage("denoise"), self._installed(plan, canvas, layout, transformer) as control:
             video_rows, audio_rows, step_records = denoise(
                 components, layout, prompt_embeds, video_rows, audio_rows, plan.steps, control, on_step, cancel,
                 transformer=transformer,
             )
         # Only the generated rows go on: the conditioning rows were never stepped.
         video_rows = video_rows[layout.num_condition_video_rows:]
-        return _Denoised(plan, canvas, layout, video_rows, audio_rows, step_records, lora_report,
-                         self._compile_report(runtime))
+        return _Denoised(plan, canvas, layout, video_rows, audio_rows, step_records, control.reports(),
+                         self._compile_report(control.runtime))
 
     def _generate(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> Clip:
         components = self.components
@@ -259,7 +261,7 @@ class Engine(ModelFacts):
             audio = decode_audio(components, canvas, result.audio_rows)
         with timer.stage("mux"):
             mp4 = encode_mp4(frames, FPS, audio, components.geometry.audio_sample_rate)
-        lora_report = result.lora_report
+        lora_report = result.reports.get("lora")
         untrained = (["model"] if components.untrained else []) + (
             ["lora"] if lora_report and lora_report.get("untrained") else [])
         return Clip(
@@ -290,80 +292,42 @@ class Engine(ModelFacts):
 
     @contextlib.contextmanager
     def _installed(self, plan: TierPlan, canvas, layout, transformer: torch.nn.Module):
-        """Install the plan's techniques on the task's transformer for one denoise stage; always remove them."""
-        tier = plan.tier
-        handle = runtime = cache = previous = fp8_weights = None
-        fused_on = False
+        """Install the plan's techniques on the task's transformer for one denoise stage; always remove them, in
+        reverse order. Yields the `_TierControl` the denoise loop steps."""
+        active = [self.techniques[technique.name] for technique in registry.active(plan.tier)]
+        runtime = None
+        if any(t.attention for t in active) or layout.padded_length > layout.length or self.parallel is not None:
+            runtime = AttentionRuntime(plan=plan, valid_length=layout.length, padded_length=layout.padded_length,
+                                       video_start=layout.video_start, parallel=self.parallel)
+        control = _TierControl(runtime)
+        with contextlib.ExitStack() as stack:
+            try:
+                if runtime is not None:
+                    stack.callback(restore_processors, transformer, install_processors(transformer, runtime))
+                run = registry.Run(plan, transformer, canvas, layout, self.components.geometry, self.parallel,
+                                   runtime)
+                for technique in active:
+                    applied = technique.install(run)
+                    stack.callback(self._remove, technique, applied)
+                    control.applied.append((technique.name, applied))
+                    applied.activate()
+                yield control
+            except BaseException as error:
+                # The traceback keeps the failed step's frames, and with them its activations, alive: an
+                # out-of-memory error would leave no room to recompute the LoRA delta that restores the base weights
+                # (seen on the H200: a turbo-sparse request at 14.375 s ran out inside a block and then again inside
+                # `unmerge`). Their locals are not needed to report the error; cleared before the stack unwinds.
+                traceback.clear_frames(error.__traceback__)
+                raise
+
+    def _remove(self, technique: registry.Technique, applied: registry.Applied) -> None:
         try:
-            lora_report = None
-            if tier.lora:
-                adapter = self._adapter(str(tier.lora.resolved()), tier.lora.scale, transformer)
-                handle = adapter.apply(transformer)
-                lora_report = adapter.report.to_dict()
-                lora_report["merged_layers"] = 0
-                # Folded into the weights for this request, so a block costs what a dense one does; the base
-                # weights come back bit for bit in `finally`. FSDP shards (DTensors) stay on the hooks.
-                if tier.lora.merge and self.parallel is None:
-                    start = time.perf_counter()
-                    lora_report["merged_layers"] = handle.merge()
-                    lora_report["merge_s"] = time.perf_counter() - start
-                    lora_report["undo_bytes"] = handle.undo_bytes
-            if tier.sparse or tier.fused or layout.padded_length > layout.length or self.parallel is not None:
-                runtime = AttentionRuntime(plan=plan, valid_length=layout.length,
-                                           padded_length=layout.padded_length, video_start=layout.video_start,
-                                           fused=tier.fused, parallel=self.parallel)
-                if tier.sparse:
-                    runtime.row_order, runtime.inverse_order = tile_row_order(
-                        layout.video_start,
-                        video_tile_order(canvas, self.components.geometry.patch_size, tier.sparse.tile),
-                        layout.padded_length)
-                previous = install_processors(transformer, runtime)
-            if tier.fused:
-                from engine.fused import enable_fused_blocks
-
-                enable_fused_blocks(transformer, fp8=tier.fp8)
-                fused_on = True
-            if tier.fp8:
-                from engine.fp8 import install_fp8_linears
-
-                fp8_weights = self._fp8_for(transformer)
-                install_fp8_linears(transformer, fp8_weights)
-            if tier.cache:
-                measure = self.parallel.relative_change if self.parallel is not None else None
-                cache = FirstBlockCache(tier.cache, plan, measure)
-                cache.install(transformer)
-            yield _TierControl(runtime, cache), lora_report, runtime
-        except BaseException as error:
-            # The traceback keeps the failed step's frames, and with them its activations, alive: an out-of-memory
-            # error would leave no room to recompute the LoRA delta that restores the base weights (seen on the
-            # H200: a turbo-sparse request at 14.375 s ran out inside a block and then again inside `unmerge`).
-            # Their locals are not needed to report the error.
-            traceback.clear_frames(error.__traceback__)
-            raise
-        finally:
-            if cache:
-                cache.remove()
-            if fp8_weights is not None:
-                from engine.fp8 import remove_fp8_linears
-
-                remove_fp8_linears(transformer, fp8_weights)
-            if fused_on:
-                from engine.fused import disable_fused_blocks
-
-                disable_fused_blocks(transformer)
-            if previous is not None:
-                restore_processors(transformer, previous)
-            if handle is not None:
-                start = time.perf_counter()
-                try:
-                    handle.remove()
-                except Exception as error:  # WeightRestoreError, or anything (out of memory) that stopped a restore
-                    self.damaged = (f"the engine stopped serving: a merged LoRA's base weights could not be restored "
-                                    f"bit for bit ({type(error).__name__}: {error}); restart it to reload the "
-                                    "checkpoint")
-                    raise RuntimeError(self.damaged) from error
-                if lora_report is not None and lora_report["merged_layers"]:
-                    lora_report["restore_s"] = time.perf_counter() - start
+            applied.remove()
+        except Exception as error:  # WeightRestoreError, or anything (out of memory) that stopped a removal
+            what = technique.remove_failure or f"the {technique.name} technique could not be removed"
+            self.damaged = (f"the engine stopped serving: {what} ({type(error).__name__}: {error}); restart it to "
+                            "reload the checkpoint")
+            raise RuntimeError(self.damaged) from error
 
     def _encoded(self, prompt: str) -> torch.Tensor:
         """The prompt's conditioning, encoded once for the last few prompts: a pair encodes one prompt twice, and an
@@ -375,19 +339,3 @@ class Engine(ModelFacts):
         while len(self._prompt_embeds) > PROMPT_CACHE_SIZE:
             self._prompt_embeds.popitem(last=False)
         return cached.clone()  # the cached copy is never handed out
-
-    def _fp8_for(self, transformer: torch.nn.Module) -> dict:
-        """The fp8 weights of `transformer`'s blocks, quantized on first use and kept (the main one at load)."""
-        from engine.fp8 import quantize_block_linears
-
-        if id(transformer) not in self._fp8_weights:
-            self._fp8_weights[id(transformer)] = quantize_block_linears(transformer)
-        return self._fp8_weights[id(transformer)]
-
-    def _adapter(self, path: str, scale: float, transformer: torch.nn.Module):
-        from engine.lora import load_lora
-
-        key = (path, scale, id(transformer))  # one adapter per partition it hooks (ref2va: transformer_ref)
-        if key not in self._loras:
-            self._loras[key] = load_lora(Path(path), transformer, scale=scale)
-        return self._loras[key]

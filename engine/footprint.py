@@ -22,7 +22,7 @@ import json
 import math
 import os
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -109,10 +109,14 @@ class ComponentSizes:
     vision: int
     vae: int
     audio_vae: int
-    fp8_copies: int = 0  # fp8 tiers: the block linears kept as e4m3 + fp32 row scales beside bf16 (engine/fp8.py)
+    # Technique name -> bytes a single-process engine keeps from load while a tier uses it (`resident_bytes` of
+    # engine/techniques/: fp8's e4m3 copies of the block linears and their fp32 row scales).
+    copies: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {name: round(value / GiB, 3) for name, value in self.__dict__.items()}
+        sizes = {name: value for name, value in self.__dict__.items() if name != "copies"}
+        sizes.update({f"{name}_copies": value for name, value in self.copies.items()})
+        return {name: round(value / GiB, 3) for name, value in sizes.items()}
 
 
 class LivePeak(TorchDispatchMode):
@@ -162,8 +166,9 @@ def _diffusers_on_meta(class_name: str, folder: Path):
         return cls.from_config(cls.load_config(folder))
 
 
-def component_sizes(root: str | Path, dtype: torch.dtype = torch.bfloat16) -> ComponentSizes:
-    """Sizes of the checkpoint at `root` from its configs alone (no weights needed)."""
+def component_sizes(root: str | Path, dtype: torch.dtype = torch.bfloat16, techniques=()) -> ComponentSizes:
+    """Sizes of the checkpoint at `root` from its configs alone (no weights needed), with what each of
+    `techniques` (engine.techniques' registry, as engine/placement.py passes it) keeps from load."""
     from transformers import Qwen3VLForConditionalGeneration
 
     from engine.conditioner import PrunedQwen3VL, conditioner_config
@@ -185,20 +190,8 @@ def component_sizes(root: str | Path, dtype: torch.dtype = torch.bfloat16) -> Co
         vision=_bytes(full.model.visual, dtype),
         vae=_bytes(vae, dtype),
         audio_vae=_bytes(audio_vae, dtype),
-        fp8_copies=_fp8_copy_bytes(transformer),
+        copies={technique.name: held for technique in techniques if (held := technique.resident_bytes(transformer))},
     )
-
-
-def _fp8_copy_bytes(transformer: torch.nn.Module) -> int:
-    """Bytes of `engine.fp8.quantize_block_linears`' output: one byte per weight, 4 per output row (scales)."""
-    from engine.fp8 import BLOCK_LINEARS
-
-    total = 0
-    for block in transformer.transformer_blocks:
-        for name in BLOCK_LINEARS:
-            weight = block.get_submodule(name).weight
-            total += weight.numel() + 4 * weight.shape[0]
-    return total
 
 
 @dataclass(frozen=True)
@@ -448,7 +441,8 @@ def geometry_of(root: str | Path, pipeline_config: dict):
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m engine.footprint ROOT [--ship]`: print ROOT's sizes and computed activation figures for 5 s and
-    14.375 s; `--ship` stores the figures in engine/footprint_figures.json (the released configs' copy)."""
+    14.375 s (what the techniques keep from load, e.g. fp8 copies: `python -m engine info --memory-only`); `--ship`
+    stores the figures in engine/footprint_figures.json (the released configs' copy)."""
     import argparse
 
     from engine.components import DEFAULT_PIPELINE_CONFIG

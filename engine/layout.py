@@ -24,7 +24,7 @@ from diffusers.modular_pipelines.minimax_h3.modular_pipeline import (
 )
 
 from engine.request import aspect_parts
-from engine.tiers import SPARSE_TILE_CUBES
+from engine.tiles import SPARSE_TILE_CUBES
 
 FPS = MINIMAX_H3_FPS
 TILE_CUBE = SPARSE_TILE_CUBES[64]  # (t, h, w) extent of one 64-row sparse-attention tile (the released model's)
@@ -43,7 +43,7 @@ class ModelGeometry:
     audio_sample_rate: int
     canvas_short_edge: int
     canvas_max_pixels: int
-    sparse_tile: int = 64  # rows of one sparse-attention tile at this model's size (engine/tiers.SPARSE_TILE_CUBES)
+    sparse_tile: int = 64  # rows of one sparse-attention tile at this model's size (engine/tiles.SPARSE_TILE_CUBES)
 
     @property
     def canvas_multiple(self) -> int:
@@ -148,7 +148,7 @@ def pad_rows(tensor: torch.Tensor, padded_length: int, fill: float = 0) -> torch
 
 def video_tile_order(canvas: Canvas, patch_size: tuple[int, int, int], tile: int = 64) -> torch.Tensor:
     """Permutation of the video rows into tile order, so `tile` consecutive rows form one (t, h, w) cube of
-    `SPARSE_TILE_CUBES[tile]` (engine/tiers.py: (4, 4, 4) for 64 rows, (4, 2, 2) for 16).
+    `SPARSE_TILE_CUBES[tile]` (engine/tiles.py: (4, 4, 4) for 64 rows, (4, 2, 2) for 16).
 
     Returns `order` of shape (num_video_rows,): `video_rows[order]` is tile-ordered. Edge tiles of a grid that is
     not a multiple of the cube are smaller, so a `tile`-row chunk near an edge may span two neighbouring cubes.

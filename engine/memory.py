@@ -47,11 +47,11 @@ class Sizes:
     extra: int = 0  # held beside the weights on rank 0, e.g. fp8 tiers' quantized copies of the block linears
 
     @classmethod
-    def of(cls, sizes, fp8: bool = False) -> Sizes:
-        """From `engine.footprint.ComponentSizes`; `fp8`: the tier table has fp8 tiers (the engine quantizes the
-        block linears once at load and keeps them)."""
+    def of(cls, sizes, kept=()) -> Sizes:
+        """From `engine.footprint.ComponentSizes`; `kept`: the techniques whose copies the engine keeps from load
+        (engine.techniques.in_use: e.g. "fp8" when the tier table has fp8 tiers)."""
         return cls(sizes.transformer, sizes.transformer_unit, sizes.conditioner, sizes.conditioner_unit,
-                   sizes.vae + sizes.audio_vae, sizes.fp8_copies if fp8 else 0)
+                   sizes.vae + sizes.audio_vae, sum(sizes.copies.get(name, 0) for name in kept))
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 and the guard that refuses a request before it starts.
 
 - `machine_here(device, world)`: one device's memory (CUDA), the world size and the free host memory.
-- `plan_for(root, machine)`: engine/memory.py's pure plan, fed with sizes and activations computed from the
-  checkpoint's configs (engine/footprint.py), held for the longest request the model allows.
+- `plan_for(root, machine, geometry, tiers)`: engine/memory.py's pure plan, fed with sizes and activations computed
+  from the checkpoint's configs (engine/footprint.py) and what the tiers' techniques keep and hold
+  (engine/techniques/), held for the longest request the model allows.
 - `MemoryGuard.check(request)`: raises `InsufficientMemory` naming `duration_seconds`, the shortfall and the
   longest duration that fits, before any stage runs. A request of a tier that merges its LoRA per request also
   needs the merge's undo records (engine/weight_undo.py) through its denoise: `merges` holds them per tier,
@@ -104,28 +105,35 @@ def with_merge(cost: RequestCost, tier: str | None, merge) -> RequestCost:
 
 
 def merge_costs(root: str | Path, tiers, dtype: torch.dtype = torch.bfloat16) -> dict:
-    """{tier name: MergeCost} for the tiers of `tiers` (engine.tiers.TierTable) that merge a LoRA per request,
-    from their adapter files' headers and the configs (no weight read)."""
-    from engine.footprint import _diffusers_on_meta, merge_cost
+    """{tier name: MergeCost} for the tiers of `tiers` (engine.tiers.TierTable) whose techniques hold memory per
+    request on a single-process engine (`request_memory` of engine/techniques/: a LoRA merged per request holds its
+    undo records), from the configs and the adapter files' headers (no weight read)."""
+    from engine.footprint import _diffusers_on_meta
+    from engine.techniques import active
 
-    merging = {name: tier for name, tier in tiers.tiers.items() if tier.lora and tier.lora.merge}
-    if not merging:
-        return {}
-    transformer = _diffusers_on_meta("MiniMaxH3Transformer3DModel", Path(root) / "transformer")
-    return {name: merge_cost(root, tier.lora.resolved(), dtype, transformer) for name, tier in merging.items()}
+    transformer, costs = None, {}
+    for name, tier in tiers.tiers.items():
+        for technique in active(tier):
+            if transformer is None:
+                transformer = _diffusers_on_meta("MiniMaxH3Transformer3DModel", Path(root) / "transformer")
+            cost = technique.request_memory(technique.spec_of(tier), root, transformer, dtype)
+            if cost is not None:
+                costs[name] = cost  # one technique per tier holds memory today (a LoRA); a second would add here
+    return costs
 
 
-def plan_for(root: str | Path, machine: Machine, geometry, fp8: bool = False, tiers=None,
-             sparse_kernel: str | None = None) -> MemoryGuard:
-    """Plan the checkpoint at `root` (configs only) for `machine`, holding the longest request; `fp8`: the engine
-    keeps fp8 copies of the block linears (its tier table has fp8 tiers); `tiers` (engine.tiers.TierTable, for a
-    single-process engine: sequence-parallel workers keep their LoRA on hooks): the tiers that merge a LoRA per
-    request add its undo records, and the longest request is held for the one that needs the most; `sparse_kernel`
-    "cudnn": the sparse tiers' cuDNN call holds copies ours does not (counted on every request: a plan per tier
-    would refuse the same request on one tier and not another for want of 6 GB at 14.375 s)."""
+def plan_for(root: str | Path, machine: Machine, geometry, tiers=None, sparse_kernel: str | None = None) -> MemoryGuard:
+    """Plan the checkpoint at `root` (configs only) for `machine`, holding the longest request. `tiers`
+    (engine.tiers.TierTable) for a single-process engine (sequence-parallel workers keep their LoRA on hooks and
+    refuse fp8): what its techniques keep from load counts beside the weights (fp8 copies of the block linears),
+    what they hold per request counts for their tiers' requests (a merged LoRA's undo records), and the longest
+    request is held for the tier that needs the most; `sparse_kernel` "cudnn": the sparse tiers' cuDNN call holds
+    copies ours does not (counted on every request: a plan per tier would refuse the same request on one tier and
+    not another for want of 6 GB at 14.375 s)."""
     from engine.footprint import component_sizes, request_cost
+    from engine.techniques import in_use, techniques
 
-    sizes = Sizes.of(component_sizes(root), fp8=fp8)
+    sizes = Sizes.of(component_sizes(root, techniques=techniques()), in_use(tiers) if tiers is not None else ())
     merges = merge_costs(root, tiers) if tiers is not None else {}
     longest = request_cost(root, geometry, LONGEST_SECONDS, PLAN_TEXT_TOKENS, sparse_kernel=sparse_kernel)
     allowed = {name: merge for name, merge in merges.items()
@@ -256,18 +264,22 @@ REFERENCE_MACHINES = {"1xH200": Machine(143_771 * 2**20, 1, name="1xH200"),
                       "4x80GB": Machine(81_559 * 2**20, 4, name="4xH100 80GB")}
 
 
-def memory_report(root: str | Path, geometry, here: Machine | None, fp8: bool = False, tiers=None) -> dict:
+def memory_report(root: str | Path, geometry, here: Machine | None, tiers=None) -> dict:
     """`python -m engine info`'s memory section: sizes, the two requests' computed costs, and the plan for this
-    machine (if it has a GPU) and for each reference machine. Configs only: no weight is read."""
+    machine (if it has a GPU) and for each reference machine, serving `tiers` (engine.tiers.TierTable). Configs
+    only: no weight is read."""
     from engine.footprint import component_sizes
+    from engine.techniques import in_use, techniques
 
-    sizes = component_sizes(root)
+    sizes = component_sizes(root, techniques=techniques())
     machines = ({"this machine": here} if here is not None else {}) | REFERENCE_MACHINES
     report = {"sizes_GiB": sizes.to_dict(), "plans": {}}
     for label, machine in machines.items():
         one = machine.world == 1  # the single-process engine: fp8 copies and per-request LoRA merges
-        report["plans"][label] = plan_for(root, machine, geometry, fp8 and one, tiers if one else None).to_dict()
-    report["fp8_copies_held"] = fp8  # single-GPU engines with fp8 tiers keep e4m3 copies of the block linears
+        report["plans"][label] = plan_for(root, machine, geometry, tiers if one else None).to_dict()
+    kept = in_use(tiers) if tiers is not None else []
+    # single-GPU engines keep these from load, e.g. fp8 tiers' e4m3 copies of the block linears
+    report.update({f"{name}_copies_held": name in kept for name in sizes.copies})
     longest = plan_for(root, next(iter(machines.values())), geometry)
     costs = [longest.cost(seconds, PLAN_TEXT_TOKENS) for seconds in (5.0, LONGEST_SECONDS)]
     report["requests_GiB"] = {cost.label: {"rows": cost.rows, "encode": gib(cost.encode), "denoise": gib(cost.denoise),

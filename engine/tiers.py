@@ -4,75 +4,36 @@ Code never asks "which tier is this?". It asks the plan what to do at step i, bl
 what keep ratio, may the first-block cache skip, is a LoRA applied, are fused kernels on. Users add tiers in a TOML
 file (`[[tier]]` tables with the fields of `TierSpec`), validated at start-up.
 
-The lessons of h3-facts §7 are rules here: the cache needs ≥ 20 steps (turbo and cache do not stack), sparse
-attention below 14 s with fewer than 2 dense steps ghosts and is refused unless forced, and a LoRA tier whose file
-is missing is unavailable with the reason.
+What each technique field does, its knobs and its rules (the lessons of h3-facts §7: the cache needs ≥ 20 steps,
+sparse attention below 14 s with fewer than 2 dense steps ghosts and is refused unless forced, a LoRA tier whose
+file is missing is unavailable with the reason) live in its module, engine/techniques/; this module applies them
+through the registry and keeps the tier's own rules (name, steps, status, bucket, durations).
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
+from engine import techniques as registry
 from engine.errors import RequestError
 from engine.labels import tier_label
 from engine.request import GenerationRequest, ModelLimits, validate_request
+from engine.techniques.cache import CacheSpec
+from engine.techniques.lora import LoraSpec
+from engine.techniques.sparse import SparseSpec
+from engine.tiles import DEFAULT_SPARSE_TILE, SPARSE_TILE_CUBES, check_model_tile, tile_choices
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-CACHE_MIN_STEPS = 20
-SPARSE_SAFE_DURATION = 14.0
-SPARSE_MIN_DENSE_STEPS = 2
+ASSETS = Path(__file__).resolve().parent.parent / "assets"  # the nano; LoRA files resolve under techniques/lora.py's
 STATUSES = ("stable", "experimental", "deprecated")
-# Sparse-attention tile sizes (rows) and their (t, h, w) cubes in latent frames x patch rows x patch columns
-# (engine/layout.video_tile_order puts the video rows in this order). A tile always spans 4 latent frames (about
-# 0.57 s at every model size: the VAE's temporal compression is fixed); its spatial side follows the canvas. The
-# released model's 4x4 patches are 128x128 px on its 1344x768 canvas (a sixth of the short edge; 583 tiles in 5 s).
-# The nano's 224x128 canvas is 4 patches high, so there a 4x4 tile covers the whole height and 5 s has 17 tiles;
-# 2x2 patches (64x64 px, half its height; 65 tiles in 5 s) is the nearest the kernels allow (a power of two >= 16
-# rows). A model names its tile in h3_studio.json (`"pipeline": {"sparse_tile": 16}`); without one, 64. A tier's
-# `sparse.tile` 0 means "the model's tile" (every built-in tier); 16 or 64 fixes it.
-SPARSE_TILE_CUBES = {16: (4, 2, 2), 64: (4, 4, 4)}
-DEFAULT_SPARSE_TILE = 64
-GHOSTING_WARNING = (
-    "sparse attention below {limit:g} s with fewer than {dense} dense steps ghosts: a faint second copy of the "
-    "moving subject that passes per-call numerical gates and LPIPS (h3-facts §7). Use ≥ {dense} dense steps, a clip "
-    "of ≥ {limit:g} s, or force=true to generate it anyway for review"
-)
 
-
-@dataclass(frozen=True)
-class LoraSpec:
-    path: str  # relative paths resolve against assets/loras
-    scale: float = 1.0
-    # Fold the update into the weights for each request (a block then costs a dense one; the base weights are
-    # restored exactly afterwards, engine/weight_undo.py). False: unmerged hooks, one extra low-rank pair per Linear.
-    merge: bool = True
-
-    def resolved(self) -> Path:
-        path = Path(self.path)
-        return path if path.is_absolute() else ASSETS / "loras" / path
-
-
-@dataclass(frozen=True)
-class CacheSpec:
-    """First-block cache: skip blocks 1..N-1 when block 0's residual barely changed since the last step."""
-
-    threshold: float = 0.08  # relative L1 change of the first block's residual
-    warmup_steps: int = 4  # always compute the first steps
-    max_consecutive: int = 1  # never skip more than this many steps in a row
-
-
-@dataclass(frozen=True)
-class SparseSpec:
-    """Block-sparse attention over video tiles; text/audio rows are a KV sink and dense as queries."""
-
-    keep_ratio: float = 0.1
-    tile: int = 0  # rows per tile: 0 = the model's own (64 for the released model, 16 for the nano), or 16 / 64
-    dense_first_steps: int = 10
-    dense_first_blocks: int = 1
-    sink: bool = True  # text and audio key rows always attended (fixed: the model needs its conditioning)
+__all__ = ["ASSETS", "DEFAULT_SPARSE_TILE", "DEFAULT_TIERS", "SPARSE_TILE_CUBES", "STATUSES", "CacheSpec", "LoraSpec",
+           "SparseSpec", "TierPlan", "TierSpec", "TierTable", "availability", "check_model_tile", "check_tier",
+           "tile_choices", "with_knobs"]
 
 
 @dataclass(frozen=True)
@@ -86,23 +47,14 @@ class TierSpec:
     sparse: SparseSpec | None = None
     fused: bool = False
     fp8: bool = False  # float8 e4m3 block linears, activations quantized in the fused kernels (engine/fp8.py)
+    # A technique is on when its field (above) is set; what each does is its module's (engine/techniques/).
     bucket: int = 0  # pad the packed length to a multiple of this (0 = exact length, the diffusers path)
     min_duration: float = 0.0
     max_duration: float = math.inf
 
     @property
     def techniques(self) -> list[str]:
-        names = []
-        if self.lora:
-            names.append(f"LoRA ×{self.lora.scale:g}" + (" merged" if self.lora.merge else ""))
-        if self.fused:
-            names.append("fused kernels")
-        if self.fp8:
-            names.append("fp8 linears")
-        if self.sparse:
-            names.append(f"sparse keep {self.sparse.keep_ratio:g}")
-        if self.cache:
-            names.append(f"first-block cache {self.cache.threshold:g}")
+        names = [technique.label(technique.spec_of(self)) for technique in registry.active(self)]
         if self.bucket:
             names.append(f"bucket {self.bucket}")
         return names or ["none (reference)"]
@@ -145,65 +97,69 @@ def check_tier(tier: TierSpec) -> None:
         raise RequestError("tier.steps", f"{where}: steps must be in 1..100, got {tier.steps}")
     if tier.status not in STATUSES:
         raise RequestError("tier.status", f"{where}: status must be one of {', '.join(STATUSES)}")
-    if tier.cache and tier.steps < CACHE_MIN_STEPS:
-        raise RequestError("tier.cache", f"{where}: the first-block cache needs ≥ {CACHE_MIN_STEPS} steps, got "
-                           f"{tier.steps} (turbo and cache do not stack: nothing is left to skip)")
-    if tier.cache and (tier.cache.threshold < 0 or tier.cache.warmup_steps < 0 or tier.cache.max_consecutive < 1):
-        raise RequestError("tier.cache", f"{where}: threshold ≥ 0, warmup_steps ≥ 0, max_consecutive ≥ 1")
-    if tier.sparse:
-        sparse = tier.sparse
-        if not 0 < sparse.keep_ratio <= 1:
-            raise RequestError("tier.sparse.keep_ratio", f"{where}: keep_ratio must be in (0, 1]")
-        if sparse.tile and sparse.tile not in SPARSE_TILE_CUBES:
-            raise RequestError("tier.sparse.tile", f"{where}: tile is 0 (the model's own) or one of "
-                               f"{tile_choices()} rows, got {sparse.tile}")
-        if not sparse.sink:
-            raise RequestError("tier.sparse.sink", f"{where}: text/audio rows must stay attended (sink=true)")
-        if sparse.dense_first_steps < 0 or sparse.dense_first_blocks < 0:
-            raise RequestError("tier.sparse", f"{where}: dense_first_steps and dense_first_blocks must be ≥ 0")
-    if tier.fp8 and not tier.fused:
-        raise RequestError("tier.fp8", f"{where}: fp8 needs fused=true (the activations are quantized inside the "
-                           "fused norm-modulate and SwiGLU kernels)")
-    if tier.fp8 and tier.lora:
-        raise RequestError("tier.fp8", f"{where}: fp8 weights are quantized once at load from the base weights, so "
-                           "a LoRA would be ignored; fp8 tiers take no LoRA")
-    if tier.lora and tier.lora.scale < 0:
-        raise RequestError("tier.lora.scale", f"{where}: scale must be ≥ 0")
-    if tier.bucket < 0 or (tier.bucket and tier.bucket % 64 and tier.sparse):
+    if tier.bucket < 0:
         raise RequestError("tier.bucket", f"{where}: bucket must be ≥ 0 and a multiple of 64 with sparse attention")
+    for technique in registry.active(tier):
+        technique.check(tier, where)
     if tier.min_duration > tier.max_duration:
         raise RequestError("tier.min_duration", f"{where}: min_duration exceeds max_duration")
 
 
-def tile_choices() -> str:
-    return ", ".join(f"{rows} ({'×'.join(map(str, cube))})" for rows, cube in SPARSE_TILE_CUBES.items())
+def with_knobs(tier: TierSpec, values: Mapping[str, Any], name: str | None = None) -> TierSpec:
+    """A checked copy of `tier` with knob values set ({knob name: value}, engine/techniques' `all_knobs`), renamed
+    `name` if given: what a configuration search builds a candidate with. A table technique's bool knob ("sparse",
+    "cache") switches it on with its spec's defaults, or off; setting one of its fields switches it on. RequestError
+    names the knob (`knobs.<name>`) for a value outside its range, or the tier field `check_tier` refuses (fp8
+    without fused), so infeasible points never run."""
+    by_field = {technique.field: technique for technique in registry.techniques()}
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        registry.knob(key).check(value)
+        field_name, _, attribute = key.partition(".")
+        technique = by_field.get(field_name)
+        if not attribute and (technique is None or technique.spec is None):  # a tier field or a bool technique
+            changes[key] = value
+        elif not attribute:  # a table technique switched on (keeping what the tier sets) or off
+            changes[key] = (changes.get(key) or technique.spec_of(tier) or _default_spec(technique, key)) \
+                if value else None
+        elif values.get(field_name) is False:
+            raise RequestError(f"knobs.{key}", f"sets {field_name}, which knobs.{field_name} turns off")
+        else:
+            current = changes.get(field_name) or technique.spec_of(tier) or _default_spec(technique, key)
+            changes[field_name] = replace(current, **{attribute: value})
+    result = replace(tier, **changes, **({"name": name} if name is not None else {}))
+    check_tier(result)
+    return result
 
 
-def check_model_tile(tile, where: str = "h3_studio.json pipeline.sparse_tile") -> int:
-    """A model's sparse tile (rows) from its config; RequestError naming `where` unless it is one of the cubes."""
-    if isinstance(tile, bool) or tile not in SPARSE_TILE_CUBES:
-        raise RequestError(where, f"a model's sparse tile is one of {tile_choices()} rows, got {tile!r}")
-    return tile
+def _default_spec(technique, key: str):
+    """The technique's spec with its defaults; RequestError naming the knob when a field has none (a LoRA's file)."""
+    try:
+        return technique.spec()
+    except TypeError:
+        required = [f.name for f in fields(technique.spec) if f.default is MISSING and f.default_factory is MISSING]
+        raise RequestError(f"knobs.{key}", f"{technique.field} has no default {', '.join(required)}: start from a "
+                           "tier that sets it") from None
 
 
 def availability(tier: TierSpec, duration: float | None = None, steps: int | None = None,
                  force: bool = False) -> tuple[bool, str]:
     """Can this tier serve a clip of `duration` seconds (and `steps`, if overridden)? Returns (ok, reason)."""
-    if tier.lora and not tier.lora.resolved().is_file():
-        return False, f"LoRA file missing: {tier.lora.resolved()}"
+    used = registry.active(tier)
     steps = steps or tier.steps
-    if tier.cache and steps < CACHE_MIN_STEPS:
-        return False, f"the first-block cache needs ≥ {CACHE_MIN_STEPS} steps, got {steps}"
+    for technique in used:
+        reason = technique.unavailable(tier, steps)
+        if reason:
+            return False, reason
     if duration is None:
         return True, ""
     if not tier.min_duration <= duration <= tier.max_duration:
         upper = "" if math.isinf(tier.max_duration) else f" and ≤ {tier.max_duration:g} s"
         return False, f"only for clips of ≥ {tier.min_duration:g} s{upper}; requested {duration:g} s"
-    sparse = tier.sparse
-    if sparse and sparse.keep_ratio < 1 and duration < SPARSE_SAFE_DURATION and (
-            sparse.dense_first_steps < SPARSE_MIN_DENSE_STEPS):
-        if not force:
-            return False, GHOSTING_WARNING.format(limit=SPARSE_SAFE_DURATION, dense=SPARSE_MIN_DENSE_STEPS)
+    for technique in used:
+        reason = technique.refused_at(tier, duration, force)
+        if reason:
+            return False, reason
     return True, ""
 
 
@@ -215,9 +171,9 @@ def _spec_from_table(table: dict) -> TierSpec:
         raise RequestError(f"tier.{unknown[0]}", f"tier {name!r}: unknown field; allowed: {', '.join(sorted(known))}")
     data = dict(table)
     try:
-        for key, cls in (("lora", LoraSpec), ("cache", CacheSpec), ("sparse", SparseSpec)):
-            if key in data:
-                data[key] = cls(**data[key])
+        for technique in registry.techniques():
+            if technique.spec is not None and technique.field in data:
+                data[technique.field] = technique.spec(**data[technique.field])
         return TierSpec(**data)
     except TypeError as error:
         raise RequestError("tier", f"tier {name!r}: {error}") from None

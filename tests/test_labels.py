@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from safetensors.torch import load_file, save_file
 
-import engine.tiers as tiers_module
+import engine.techniques.lora as lora_technique
 from engine.__main__ import main as engine_cli
 from engine.components import NANO_PATH
 from engine.engine import Engine
@@ -82,7 +82,7 @@ def test_random_assets_carry_the_badge_everywhere(random_assets, tmp_path, capsy
     assert model_untrained(nano)
     info = _cli_json(["info", "--model", str(nano)], capsys)
     assert info["random_weights"] is True and RANDOM_WEIGHTS in info["weights"]
-    monkeypatch.setattr(tiers_module, "ASSETS", random_assets)
+    monkeypatch.setattr(lora_technique, "ASSETS", random_assets)
     rows = {row["name"]: row for row in _cli_json(["tiers", "--model", str(nano)], capsys)}
     assert all(row["random_weights"] for row in rows.values())  # the model itself is random
     for name in LORA_TIERS:
@@ -107,8 +107,8 @@ def test_a_copy_marked_trained_shows_no_badge_and_distilled_loras(trained_assets
     nano = trained_assets / "nano"
     info = _cli_json(["info", "--model", str(nano)], capsys)
     assert info["random_weights"] is False and info["weights"] == "trained"
-    # Built-in tiers resolve their LoRAs under ASSETS: point it at the trained copy, as shipping it in place would.
-    monkeypatch.setattr(tiers_module, "ASSETS", trained_assets)
+    # Built-in tiers resolve their LoRAs under the LoRA technique's ASSETS: point it at the trained copy.
+    monkeypatch.setattr(lora_technique, "ASSETS", trained_assets)
     rows = {row["name"]: row for row in _cli_json(["tiers", "--model", str(nano)], capsys)}
     assert not any(row["random_weights"] for row in rows.values())
     assert all(rows[name]["lora_weights"] == "distilled" for name in LORA_TIERS)

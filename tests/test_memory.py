@@ -8,6 +8,7 @@ import pytest
 from engine.components import DEFAULT_PIPELINE_CONFIG, NANO_PATH
 from engine.footprint import component_sizes, geometry_of, request_cost
 from engine.memory import GiB, Machine, RequestCost, Sizes, plan_memory
+from engine.techniques import techniques
 
 RELEASED = NANO_PATH.parent / "h3-configs"  # the released configs (no weights): diffusers 0.42.1 + Qwen3-VL-32B
 MiB = 2**20
@@ -17,7 +18,7 @@ H100 = 81_559 * MiB  # nvidia-smi's total for one H100 80GB
 
 @pytest.fixture(scope="module")
 def released():
-    sizes = component_sizes(RELEASED)
+    sizes = component_sizes(RELEASED, techniques=techniques())  # with what each technique keeps from load
     geometry = geometry_of(RELEASED, DEFAULT_PIPELINE_CONFIG)
     costs = {seconds: request_cost(RELEASED, geometry, seconds, text_tokens=512) for seconds in (5.0, 14.375)}
     return sizes, costs
@@ -128,7 +129,7 @@ def test_engine_info_reports_the_plan_from_configs_alone(capsys):
 
 def test_fp8_tiers_keep_weight_copies_and_move_the_conditioner_off_one_h200(released):
     sizes, costs = released
-    assert 17.5 * GiB < sizes.fp8_copies < 18.5 * GiB  # 19.3 B block-linear weights at one byte, plus scales
-    plan = plan_memory(Sizes.of(sizes, fp8=True), costs[14.375], Machine(H200, 1))
+    assert 17.5 * GiB < sizes.copies["fp8"] < 18.5 * GiB  # 19.3 B block-linear weights at one byte, plus scales
+    plan = plan_memory(Sizes.of(sizes, kept=["fp8"]), costs[14.375], Machine(H200, 1))
     assert plan.tried["resident"] > plan.machine.usable
     assert plan.placement == "offload" and plan.fits(costs[14.375])
