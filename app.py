@@ -1,7 +1,8 @@
 """H3 Review Studio server: one FastAPI app with the REST API and the Gradio UI at "/".
 
     python app.py [--host H] [--port P] [--model PATH] [--data-dir DIR] [--auth FILE]
-                  [--pod-rate USD_PER_HOUR] [--tiers-file FILE] [--queue-size N]
+                  [--pod-rate USD_PER_HOUR] [--tiers-file FILE] [--queue-size N] [--max-job-seconds S]
+                  [--max-jobs-per-user N]
                   [--remotes FILE] [--default-tier NAME] [--no-ui] [--ulysses N]
 
 flags → store → service → REST routes + Gradio UI → serve; the engine's weights load in a background thread, so
@@ -41,6 +42,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pod-rate", type=float, default=13.16, help="USD per hour, for $ per clip (13.16)")
     parser.add_argument("--tiers-file", default=None, help="TOML with extra [[tier]] tables")
     parser.add_argument("--queue-size", type=int, default=8, help="jobs that may wait behind the running one")
+    # Defaults: studio/budget.py's DEFAULT_MAX_JOB_SECONDS and DEFAULT_MAX_JOBS_PER_USER (not imported: --help stays
+    # instant).
+    parser.add_argument("--max-job-seconds", type=float, default=3600.0,
+                        help="refuse a request whose estimated engine time is longer (engine/cost.py; 3600)")
+    parser.add_argument("--max-jobs-per-user", type=int, default=4,
+                        help="jobs one user (or, without --auth, one client address) may have queued or running "
+                             "(4; 0: no limit)")
     parser.add_argument("--no-ui", action="store_true", help="serve REST only (no Gradio)")
     parser.add_argument("--ulysses", type=int, default=1, help="engine processes/GPUs (1 = in-process)")
     parser.add_argument("--remotes", default=None,
@@ -50,6 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.queue_size < 1:
         parser.error("--queue-size must be >= 1")
+    if not args.max_job_seconds > 0:
+        parser.error("--max-job-seconds must be > 0")
+    if args.max_jobs_per_user < 0:
+        parser.error("--max-jobs-per-user must be >= 0 (0: no limit)")
     if args.pod_rate < 0:
         parser.error("--pod-rate must be >= 0")
     if args.ulysses < 1:
@@ -80,12 +92,15 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     import engine.engine  # noqa: F401
     from studio.api import create_app
     from studio.api_uploads import install_upload_routes
+    from studio.budget import DEFAULT_MAX_JOB_SECONDS, DEFAULT_MAX_JOBS_PER_USER
     from studio.remote import RemotePool
     from studio.service import StudioService
 
     pool = RemotePool(remotes) if remotes else None
     service = StudioService.open(Path(args.data_dir), pod_rate_usd_per_hour=args.pod_rate, queue_size=args.queue_size,
-                                 remotes=pool)
+                                 max_job_seconds=getattr(args, "max_job_seconds", DEFAULT_MAX_JOB_SECONDS),
+                                 max_jobs_per_user=getattr(args, "max_jobs_per_user", DEFAULT_MAX_JOBS_PER_USER)
+                                 or None, remotes=pool)
     if pool is not None:
         pool.start()  # probes every server in the background; /health and the tier picker show the result
     loader = engine_loader(args.model, args.tiers_file, getattr(args, "ulysses", 1))

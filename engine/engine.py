@@ -29,8 +29,17 @@ from engine import techniques as registry
 from engine.attention import AttentionRuntime, install_processors, restore_processors
 from engine.clip import Clip
 from engine.components import Components, load_components
-from engine.errors import RequestError
-from engine.interface import ModelFacts, RequestPlan, plan_request, sparse_kernel_of, task_tier_config, tier_plan
+from engine.cost import Estimate, cost_model
+from engine.errors import GenerationCancelled, RequestError
+from engine.interface import (
+    ModelFacts,
+    RequestPlan,
+    estimate_request,
+    plan_request,
+    sparse_kernel_of,
+    task_tier_config,
+    tier_plan,
+)
 from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas
 from engine.media import encode_mp4
 from engine.memory import Machine
@@ -54,9 +63,13 @@ PROMPT_CACHE_SIZE = 8  # prompts whose conditioning the single-process engine ke
 
 class _Timer:
     """Seconds per stage and, on a CUDA device, the peak memory allocated in each (MiB): the peak statistic is read
-    and reset at every stage boundary, so a stage's figure is its own and `peak_mb` is the request's."""
+    and reset at every stage boundary, so a stage's figure is its own and `peak_mb` is the request's. `cancel` is
+    checked as each stage begins (the denoise loop checks it before every step), so a cancelled request stops
+    within one step or stage. Sequence-parallel ranks pass none: their cancel flag is a collective every rank must
+    call alike, and only rank 0 runs the stages after denoising."""
 
-    def __init__(self):
+    def __init__(self, cancel: Callable[[], bool] | None = None):
+        self.cancel = cancel
         self.timings: dict[str, float] = {}
         self.peaks_mb: dict[str, float] = {}
         self.cuda = False
@@ -69,6 +82,8 @@ class _Timer:
 
     @contextlib.contextmanager
     def stage(self, name: str):
+        if self.cancel is not None and self.cancel():
+            raise GenerationCancelled(f"cancelled before the {name} stage")
         start = time.perf_counter()
         try:
             yield
@@ -128,7 +143,7 @@ class Engine(ModelFacts):
                  parallel: ParallelContext | None = None, machine: Machine | None = None):
         """`parallel` makes this engine one rank of a sequence-parallel group (None: the single-process engine).
         `machine` (engine/memory.py) plans memory for it: the conditioner's placement, and requests that cannot
-        fit are refused in `validate` (None: no plan, as on the CPU)."""
+        fit are refused in `validate` (None: no plan; `load` gives a CPU engine the host as its machine)."""
         from engine.placement import apply_plan, plan_for
 
         self.components = components
@@ -138,12 +153,14 @@ class Engine(ModelFacts):
         # What the techniques keep and hold counts on a single-process engine only: sequence-parallel ranks keep a
         # LoRA on hooks (FSDP shards are not merged) and refuse fp8.
         self.memory = (plan_for(components.path, machine, components.geometry,
-                                table if parallel is None else None, self.sparse_kernel)
+                                table if parallel is None else None, self.sparse_kernel, components.dtype)
                        if machine is not None else None)
         self._placement_hooks = apply_plan(components, self.memory.plan if self.memory else None)
         self.tiers = table
         self._prompt_embeds: OrderedDict[str, torch.Tensor] = OrderedDict()  # `_encoded`'s cache
         self.limits = ModelLimits(default_short_edge=components.pipeline_config["canvas_short_edge"])
+        self.cost = cost_model(dict(components.transformer.config), components.device.type,
+                               parallel.world if parallel is not None else 1)
         self._lock = threading.Lock()
         self.damaged: str | None = None  # set if a technique could not be removed (the weights may not be the model's)
         self.compile_keys: set[tuple] = set()  # every kernel specialisation this process has built
@@ -157,10 +174,10 @@ class Engine(ModelFacts):
     def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None,
              machine: Machine | None = None) -> Engine:
         """Load and plan: on a GPU the conditioner is read to the CPU first and placed once the plan is made."""
-        from engine.placement import machine_here
+        from engine.placement import cpu_machine, machine_here
 
         device_obj = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        machine = machine or machine_here(device_obj)
+        machine = machine or machine_here(device_obj) or (cpu_machine() if device_obj.type == "cpu" else None)
         placement = {"text_encoder": "cpu"} if machine is not None else None
         components = load_components(model_path, device=device, placement=placement)
         return cls(components, TierTable.load(tiers_file), machine=machine)
@@ -187,9 +204,15 @@ class Engine(ModelFacts):
         return plan_request(self.validate(payload), self.tiers, self.components.geometry, self.num_blocks,
                             self.model_id, self.model_name, self.sparse_kernel)
 
+    def estimate(self, request: GenerationRequest) -> Estimate:
+        """How long a validated request would hold this engine (engine/cost.py); nothing runs."""
+        text_tokens = len(self.components.tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
+        return estimate_request(request, self.tiers, self.components.geometry, self.num_blocks, self.cost,
+                                text_tokens)
+
     def generate(self, payload: dict | GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
                  cancel: Callable[[], bool] | None = None) -> Clip:
-        timer = _Timer()
+        timer = _Timer(cancel if self.parallel is None else None)
         with timer.stage("validate"):
             request = self.validate(payload)
         with self._lock:
@@ -202,7 +225,7 @@ class Engine(ModelFacts):
         `generate` (every rank of the group must be in the decode, or the others wait on it)."""
         request = self.validate(payload)
         with self._lock:
-            result = self._denoise(request, _Timer(), None, cancel)
+            result = self._denoise(request, _Timer(cancel if self.parallel is None else None), None, cancel)
             if join_decode:
                 decode_video(self.components, result.canvas, result.video_rows, self.parallel)
         return {"video_rows": result.video_rows, "audio_rows": result.audio_rows, "steps": result.step_records,

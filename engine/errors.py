@@ -19,6 +19,10 @@ class RequestError(ValueError):
     def to_dict(self) -> dict:
         return {"field": self.field, "message": self.message}
 
+    def renamed(self, renames: dict[str, str]) -> RequestError:
+        """This error under the field name the caller used (`renames`: engine field -> the caller's)."""
+        return RequestError(renames[self.field], self.message) if self.field in renames else self
+
 
 class ModelLoadError(RuntimeError):
     """A checkpoint folder that cannot be loaded. `problems` holds one line per missing or broken part."""

@@ -382,7 +382,8 @@ def vae_decode_cost(root: str | Path, latent_hw: tuple[int, int], dtype: torch.d
 
 def request_cost(root: str | Path, geometry, duration_seconds: float, text_tokens: int,
                  aspect_ratio: str = "16:9", short_edge: int | None = None, dtype: torch.dtype = torch.bfloat16,
-                 sparse_kernel: str | None = None):
+                 sparse_kernel: str | None = None, tile_batch: int | None = None,
+                 decode_fit_short_edge: int | None = None):
     """The activation estimate of one request (computed), as `engine.memory.RequestCost`.
 
     - denoise: the transformer forward at the packed length (`transformer_row_cost`) plus the loop's float32
@@ -393,7 +394,10 @@ def request_cost(root: str | Path, geometry, duration_seconds: float, text_token
     - decode: the video VAE (`vae_decode_cost`) plus the engine's float32 copies of the frames (2 · 3 · pixels);
     - `sparse_kernel` "cudnn" (kernels/bsa_cudnn.py) adds to denoise what its call holds beside ours: q, k, v and
       the output in the peer layout plus the output copied back (5 · rows · heads · head_dim), and its kept block
-      lists (int32, heads · (rows / 64)² per head, rows / 64 blocks).
+      lists (int32, heads · (rows / 64)² per head, rows / 64 blocks);
+    - `tile_batch`: the decode's tiles per call (default a GPU's; a CPU decodes one at a time);
+    `decode_fit_short_edge`: take the decode's per-pixel fit at this short edge's canvas for every size (the CPU
+    guard: a fake-tensor fit per new size costs a minute, and the peak per pixel barely moves with the size).
     """
     from engine.conditioner import conditioner_config
     from engine.layout import token_counts
@@ -411,7 +415,7 @@ def request_cost(root: str | Path, geometry, duration_seconds: float, text_token
               + 3 * text_tokens * text.intermediate_size) * size
     pixels = counts["frames"] * counts["width"] * counts["height"]
     # The decode fit is taken at the model's 16:9 canvas and applied per pixel to every aspect (same area cap).
-    fit_canvas = token_counts(geometry, duration_seconds, "16:9", short_edge, 0)
+    fit_canvas = token_counts(geometry, duration_seconds, "16:9", decode_fit_short_edge or short_edge, 0)
     latent_hw = (fit_canvas["height"] // geometry.spatial_ratio, fit_canvas["width"] // geometry.spatial_ratio)
     cudnn = 0
     if sparse_kernel == "cudnn":
@@ -420,7 +424,7 @@ def request_cost(root: str | Path, geometry, duration_seconds: float, text_token
     return RequestCost(
         label=f"{duration_seconds:g} s", rows=rows, encode=encode,
         denoise=transformer_row_cost(root, dtype).at(rows) + loop + cudnn,
-        decode=vae_decode_cost(root, latent_hw, dtype).at(pixels) + 2 * 3 * pixels * 4,
+        decode=vae_decode_cost(root, latent_hw, dtype, tile_batch).at(pixels) + 2 * 3 * pixels * 4,
         exchange=2 * 3 * rows * inner * size,
     )
 

@@ -18,6 +18,7 @@ from engine.request import GenerationRequest, ModelLimits
 from engine.tiers import TierPlan, TierTable
 
 if TYPE_CHECKING:
+    from engine.cost import CostModel, Estimate
     from engine.layout import ModelGeometry
     from engine.prompt_guide import PromptGuide
 
@@ -49,7 +50,9 @@ class GenerationEngine(Protocol):
         """Validate (RequestError naming the field) and plan one request; nothing runs yet."""
 
     def generate(self, job: Any, on_step: Callable | None = None, cancel: Callable[[], bool] | None = None) -> Any:
-        """Run one planned request (a `GenerationRequest`; a remote engine takes its `RemoteJob`) to a clip."""
+        """Run one planned request (a `GenerationRequest`; a remote engine takes its `RemoteJob`) to a clip.
+        `cancel` is checked before every denoising step and every stage: a cancelled job raises
+        `GenerationCancelled` within one step."""
 
 
 class ModelEngine(GenerationEngine, Protocol):
@@ -61,6 +64,9 @@ class ModelEngine(GenerationEngine, Protocol):
 
     @property
     def untrained(self) -> bool: ...
+
+    def estimate(self, request: GenerationRequest) -> Estimate:
+        """How long a validated request would hold the engine (engine/cost.py); nothing runs."""
 
     @property
     def prompt_guide(self) -> PromptGuide | None:
@@ -114,6 +120,18 @@ def sparse_kernel_of(components) -> str:
 
     return planned_backend(components.device, components.dtype, components.transformer.config.attention_head_dim,
                            components.geometry.sparse_tile)
+
+
+def estimate_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,
+                     cost: CostModel, text_tokens: int) -> Estimate:
+    """A validated request's estimated engine time: its tier's steps at its packed length (bucket padding included;
+    sparse attention and cache skips counted as dense steps, so the estimate errs long), plus its decode."""
+    from engine.layout import bucket_length, token_counts  # imports diffusers: only when a local engine plans
+
+    counts = token_counts(geometry, request.duration_seconds, request.aspect_ratio, request.short_edge, text_tokens)
+    plan = tier_plan(tiers, request, num_blocks, geometry.sparse_tile)
+    rows = bucket_length(counts["total_with_text"], plan.tier.bucket)
+    return cost.estimate(plan.steps, rows, counts["width"], counts["height"], counts["frames"])
 
 
 def plan_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,

@@ -75,6 +75,7 @@ class Machine:
     world: int = 1
     host_bytes: int | None = None  # CPU memory free for an offloaded conditioner; None: not known (assumed enough)
     name: str = ""
+    kind: str = "cuda"  # "cpu": the device is host memory itself (the conditioner has nowhere to be offloaded to)
 
     @property
     def reserve(self) -> int:
@@ -137,7 +138,8 @@ class MemoryPlan:
     def describe(self, cost: RequestCost) -> str:
         """One line naming the shortfall: what the request needs, where, and what this machine has."""
         phase, value = self.peak(cost)
-        where = "this GPU" if self.machine.world == 1 else f"rank 0 of {self.machine.world} GPUs"
+        device = "CPU's memory" if self.machine.kind == "cpu" else "GPU"
+        where = f"this {device}" if self.machine.world == 1 else f"rank 0 of {self.machine.world} GPUs"
         merged = f", {gib(cost.undo)} GiB of {cost.tier}'s merged-LoRA undo records" if cost.undo else ""
         which = f" ({cost.tier})" if cost.tier else ""
         return (f"a {cost.label} request{which} needs {gib(value)} GiB at {phase} on {where} "
@@ -170,6 +172,9 @@ def plan_memory(sizes: Sizes, longest: RequestCost, machine: Machine) -> MemoryP
     for placement in PLACEMENTS:
         if placement == "sharded" and machine.world == 1:
             tried[placement] = "needs more than one GPU"
+            continue
+        if placement in ("offload", "reload") and machine.kind == "cpu":
+            tried[placement] = "the conditioner is in host memory already"
             continue
         if placement == "offload" and machine.host_bytes is not None and machine.host_bytes < sizes.conditioner:
             tried[placement] = f"host memory {gib(machine.host_bytes)} GiB < conditioner {gib(sizes.conditioner)}"

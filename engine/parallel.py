@@ -13,6 +13,7 @@ NVLink multicast kept off.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import queue
 import shutil
@@ -23,6 +24,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,6 +32,7 @@ import torch.distributed as dist
 
 # Only light modules at the top: the parent (CLI, app) never imports diffusers; the forkserver imports it once.
 from engine.clip import Clip
+from engine.cost import Estimate, cost_model
 from engine.distributed import (
     ParallelContext,
     install_sequence_shards,
@@ -38,7 +41,7 @@ from engine.distributed import (
     shard_weights,
 )
 from engine.errors import GenerationCancelled, ModelLoadError, RequestError
-from engine.interface import ModelFacts, RequestPlan, plan_request
+from engine.interface import ModelFacts, RequestPlan, estimate_request, plan_request
 from engine.prompt_guide import PromptGuide
 from engine.request import GenerationRequest, ModelLimits
 from engine.tiers import TierTable
@@ -359,6 +362,7 @@ class ParallelEngine(ModelFacts):
         self._restart_thread: threading.Thread | None = None
         self._restart_error: BaseException | None = None
         self._jobs = 0
+        self._cost = self._tokenizer = None  # `estimate`'s, made on first use
         self._start()
         atexit.register(self.close)
 
@@ -377,6 +381,21 @@ class ParallelEngine(ModelFacts):
         components = self.components
         return plan_request(self.validate(payload), self.tiers, components.geometry, components.num_blocks,
                             self.model_id, self.model_name, components.sparse_kernel)
+
+    def estimate(self, request: GenerationRequest) -> Estimate:
+        """`Engine.estimate` for the group: its steps split over the ranks (Ulysses), the prompt counted by the
+        checkpoint's tokenizer (read once; the parent holds no model)."""
+        components = self.components
+        if self._cost is None:
+            import transformers
+
+            root = Path(components.path)
+            config = json.loads((root / "transformer" / "config.json").read_text())
+            self._cost = cost_model(config, self.device_type, self.world)
+            self._tokenizer = transformers.Qwen2TokenizerFast.from_pretrained(root / "tokenizer", local_files_only=True)
+        text_tokens = len(self._tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
+        return estimate_request(request, self.tiers, components.geometry, components.num_blocks, self._cost,
+                                text_tokens)
 
     def generate(self, payload: dict | GenerationRequest, on_step: Callable | None = None,
                  cancel: Callable[[], bool] | None = None) -> Clip:

@@ -39,8 +39,29 @@ def host_free_bytes() -> int | None:
         return None
 
 
+def host_available_bytes() -> int | None:
+    """Host memory a new allocation can have: /proc/meminfo's MemAvailable (free plus reclaimable page cache),
+    else the free pages."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return host_free_bytes()
+
+
+def cpu_machine() -> Machine | None:
+    """The host as a `Machine` for the single-process CPU engine: what is available when it loads, every request
+    checked against it like a GPU's (None when the memory cannot be read)."""
+    available = host_available_bytes()
+    return Machine(available, 1, None, "CPU", kind="cpu") if available else None
+
+
 def machine_here(device: torch.device, world: int = 1) -> Machine | None:
-    """This process's device as a `Machine`; None on the CPU (the nano needs no plan)."""
+    """This process's GPU as a `Machine`; None on the CPU (sequence-parallel CPU ranks plan nothing; the
+    single-process engine takes `cpu_machine()`)."""
     if device.type != "cuda":
         return None
     properties = torch.cuda.get_device_properties(device)
@@ -56,13 +77,14 @@ class MemoryGuard:
     geometry: object  # engine.layout.ModelGeometry
     merges: dict = field(default_factory=dict)  # tier name -> engine.footprint.MergeCost (tiers merging a LoRA)
     sparse_kernel: str | None = None  # "cudnn": its call's extra copies count (engine.footprint.request_cost)
+    dtype: torch.dtype = torch.bfloat16  # the engine's weights and activations
 
     def cost(self, duration_seconds: float, text_tokens: int, aspect_ratio: str = "16:9",
              short_edge: int | None = None, tier: str | None = None) -> RequestCost:
         from engine.footprint import request_cost
 
         cost = request_cost(self.root, self.geometry, duration_seconds, text_tokens, aspect_ratio, short_edge,
-                            sparse_kernel=self.sparse_kernel)
+                            self.dtype, self.sparse_kernel, **_device_decode(self.plan.machine, self.geometry))
         return with_merge(cost, tier, self.merges.get(tier))
 
     def check(self, request, tokenizer) -> None:
@@ -74,8 +96,9 @@ class MemoryGuard:
             return
         longest = self.longest_fitting(text_tokens, request.aspect_ratio, request.short_edge, request.tier)
         hint = (f"; the longest that fits is {longest:g} s" if longest is not None
-                else "; no duration fits this machine at this size")
-        raise InsufficientMemory("duration_seconds", self.plan.describe(cost) + hint, self.plan.shortfall(cost))
+                else "; no duration fits this machine at this size: choose a smaller short_edge")
+        field = "duration_seconds" if longest is not None else "short_edge"  # what would make it fit
+        raise InsufficientMemory(field, self.plan.describe(cost) + hint, self.plan.shortfall(cost))
 
     def longest_fitting(self, text_tokens: int, aspect_ratio: str, short_edge: int | None,
                         tier: str | None = None) -> float | None:
@@ -95,6 +118,12 @@ class MemoryGuard:
         if self.merges:
             report["lora_merge"] = {name: merge.to_dict() for name, merge in self.merges.items()}
         return report
+
+
+def _device_decode(machine: Machine, geometry) -> dict:
+    """request_cost's decode settings for `machine`: a CPU decodes one tile at a time, fitted once at the model's
+    canvas (engine/video_decode.py, engine/footprint.py)."""
+    return {"tile_batch": 1, "decode_fit_short_edge": geometry.canvas_short_edge} if machine.kind == "cpu" else {}
 
 
 def with_merge(cost: RequestCost, tier: str | None, merge) -> RequestCost:
@@ -122,26 +151,28 @@ def merge_costs(root: str | Path, tiers, dtype: torch.dtype = torch.bfloat16) ->
     return costs
 
 
-def plan_for(root: str | Path, machine: Machine, geometry, tiers=None, sparse_kernel: str | None = None) -> MemoryGuard:
+def plan_for(root: str | Path, machine: Machine, geometry, tiers=None, sparse_kernel: str | None = None,
+             dtype: torch.dtype = torch.bfloat16) -> MemoryGuard:
     """Plan the checkpoint at `root` (configs only) for `machine`, holding the longest request. `tiers`
     (engine.tiers.TierTable) for a single-process engine (sequence-parallel workers keep their LoRA on hooks and
     refuse fp8): what its techniques keep from load counts beside the weights (fp8 copies of the block linears),
     what they hold per request counts for their tiers' requests (a merged LoRA's undo records), and the longest
     request is held for the tier that needs the most; `sparse_kernel` "cudnn": the sparse tiers' cuDNN call holds
     copies ours does not (counted on every request: a plan per tier would refuse the same request on one tier and
-    not another for want of 6 GB at 14.375 s)."""
+    not another for want of 6 GB at 14.375 s); `dtype`: the engine's (the CPU nano runs in float32)."""
     from engine.footprint import component_sizes, request_cost
     from engine.techniques import in_use, techniques
 
     sizes = Sizes.of(component_sizes(root, techniques=techniques()), in_use(tiers) if tiers is not None else ())
     merges = merge_costs(root, tiers) if tiers is not None else {}
-    longest = request_cost(root, geometry, LONGEST_SECONDS, PLAN_TEXT_TOKENS, sparse_kernel=sparse_kernel)
+    longest = request_cost(root, geometry, LONGEST_SECONDS, PLAN_TEXT_TOKENS, dtype=dtype, sparse_kernel=sparse_kernel,
+                           **_device_decode(machine, geometry))
     allowed = {name: merge for name, merge in merges.items()
                if tiers.get(name).min_duration <= LONGEST_SECONDS <= tiers.get(name).max_duration}
     if allowed:
         name = max(allowed, key=lambda n: allowed[n].undo + allowed[n].workspace)
         longest = with_merge(longest, name, allowed[name])
-    return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry, merges, sparse_kernel)
+    return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry, merges, sparse_kernel, dtype)
 
 
 def apply_plan(components, plan: MemoryPlan | None) -> list:

@@ -6,7 +6,8 @@ rules. Errors come back as ``{"error": {"message", "field", "type"}}``:
     RequestError / StoreError / pydantic validation → 400     NotFound → 404     Conflict → 409
     a clip's file missing → 404, changed on disk → 409     disk full → 507     body too large → 413
     data dir read-only → 503
-    QueueFull → 429     engine still loading → 503     bad or missing credentials → 401
+    QueueFull, a user's queue share taken (UserShareFull) → 429     engine still loading → 503
+    bad or missing credentials → 401
 
 Handlers are plain ``def`` functions (FastAPI runs them in its thread pool) and read only the store and the
 queue's in-memory progress, so status polls stay fast while the engine works on a clip.
@@ -53,7 +54,7 @@ from studio.api_models import (
 from studio.auth import Accounts
 from studio.blind import disguised
 from studio.guard import RequestGuard, basic_credentials, public_health
-from studio.jobs import QueueFull
+from studio.jobs import CANCELLED_MESSAGE, QueueFull, UserShareFull
 from studio.roles import OPEN, Actor, Forbidden
 from studio.service import PairView, ServiceUnavailable, StudioService, VideoView
 from studio.views import jsonable
@@ -253,6 +254,10 @@ def install_error_handlers(app: FastAPI) -> None:
         field = _field_from_loc(first.get("loc", ()))
         return _error(400, message, field, "invalid_request_error")
 
+    @app.exception_handler(UserShareFull)
+    async def share_full(_: Request, error: UserShareFull) -> JSONResponse:
+        return _error(429, str(error), "max_jobs_per_user", "user_queue_share_full", {"Retry-After": "10"})
+
     @app.exception_handler(QueueFull)
     async def queue_full(_: Request, error: QueueFull) -> JSONResponse:
         return _error(429, str(error), None, "queue_full", {"Retry-After": "10"})
@@ -336,12 +341,18 @@ def sglang_to_payload(body: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def client_address(request: Request) -> str | None:
+    """The client's address: whose queue share a submission takes when nobody is signed in (no --auth)."""
+    return request.client.host if request.client else None
+
+
 def _renaming(work: Callable[[], Any], renames: dict[str, str]) -> Any:
     try:
         return work()
     except RequestError as error:
-        if error.field in renames:
-            raise RequestError(renames[error.field], error.message) from None
+        renamed = error.renamed(renames)
+        if renamed is not error:
+            raise renamed from None
         raise
 
 
@@ -353,6 +364,14 @@ def _page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
 
 def _unix(value: datetime | None) -> int | None:
     return None if value is None else int(value.timestamp())
+
+
+def _error_object(error: str | None) -> dict[str, str] | None:
+    """A failed job's error in OpenAI's shape; a cancelled one says so in its code (the status stays "failed",
+    which every SGLang/OpenAI client knows)."""
+    if not error:
+        return None
+    return {"code": "cancelled" if error == CANCELLED_MESSAGE else "failed", "message": error}
 
 
 def video_object(view: VideoView) -> dict[str, Any]:
@@ -368,7 +387,7 @@ def video_object(view: VideoView) -> dict[str, Any]:
         "completed_at": _unix(view.completed_at),
         "size": size,
         "seconds": None if view.seconds is None else f"{view.seconds:.6f}",
-        "error": {"message": view.error} if view.error else None,
+        "error": _error_object(view.error),
         "inference_time_s": view.inference_time_s,
         "peak_memory_mb": view.peak_memory_mb,
         "tier": view.tier,
@@ -454,11 +473,12 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
 
     @router.post("/videos", tags=["videos"], summary="Queue a clip (SGLang-compatible); returns at once",
                  response_model=VideoObject)
-    def create_video(body: VideoCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
+    def create_video(body: VideoCreate, request: Request, user: str | None = Depends(current_user)) -> dict[str, Any]:
         payload = sglang_to_payload(body.model_dump(exclude_unset=True))
         if default_tier:
             payload.setdefault("tier", default_tier)
-        record = _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user), SGLANG_RENAMES)
+        record = _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user,
+                                                        client=client_address(request)), SGLANG_RENAMES)
         return video_object(service.get_video(record.id))
 
     @router.get("/videos", tags=["videos"], summary="List jobs", response_model=VideoList)
@@ -497,11 +517,11 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
 
     @router.post("/pairs", tags=["pairs"], summary="Queue a same-seed baseline/candidate pair",
                  response_model=PairObject)
-    def create_pair(body: PairCreate, user: str | None = Depends(current_user)) -> dict[str, Any]:
+    def create_pair(body: PairCreate, request: Request, user: str | None = Depends(current_user)) -> dict[str, Any]:
         payload = body.model_dump(exclude_unset=True)
         if isinstance(payload.get("target"), dict):
             payload["target"] = {k: v for k, v in payload["target"].items() if v is not None}
-        record = service.submit_pair(payload, submitted_by=user)
+        record = service.submit_pair(payload, submitted_by=user, client=client_address(request))
         return pair_object(service.get_pair(record.id))
 
     @router.get("/pairs", tags=["pairs"], summary="List pairs, newest first, a page at a time", response_model=PairList)

@@ -40,7 +40,8 @@ class VideoObject(_Body):
     completed_at: int | None = None
     size: str | None = Field(None, description='"WIDTHxHEIGHT" once known')
     seconds: str | None = Field(None, description="clip length, as SGLang writes it")
-    error: dict[str, str] | None = Field(None, description='{"message": ...} when failed')
+    error: dict[str, str] | None = Field(None, description='{"code": "failed" | "cancelled", "message": ...} when '
+                                                           'failed')
     inference_time_s: float | None = None
     peak_memory_mb: float | None = None
     tier: str

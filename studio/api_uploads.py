@@ -38,6 +38,7 @@ from studio.api import (
     _current_user,
     _error,
     _renaming,
+    client_address,
     pair_object,
     sglang_to_payload,
     video_object,
@@ -201,8 +202,8 @@ def create_upload_router(service: StudioService, accounts: Any = None, default_t
 
         def submit():
             try:
-                return _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user),
-                                 SGLANG_RENAMES)
+                return _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user,
+                                                              client=client_address(request)), SGLANG_RENAMES)
             except RequestError as error:
                 raise RequestError(_renamed_field(error.field, renames), error.message) from None
 
@@ -219,7 +220,8 @@ def create_upload_router(service: StudioService, accounts: Any = None, default_t
         if isinstance(payload.get("target"), dict):
             payload["target"] = {k: v for k, v in payload["target"].items() if v is not None}
         payload.update(pair_inputs(files))
-        record = await run_in_threadpool(lambda: service.submit_pair(payload, submitted_by=user))
+        record = await run_in_threadpool(lambda: service.submit_pair(payload, submitted_by=user,
+                                                                     client=client_address(request)))
         return pair_object(service.get_pair(record.id))
 
     return router

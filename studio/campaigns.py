@@ -43,7 +43,8 @@ class CampaignHost(Protocol):
 
     def plan(self, payload: dict[str, Any]) -> RequestPlan: ...
 
-    def submit_pair(self, payload: dict[str, Any], submitted_by: str | None = None) -> Any: ...
+    def submit_pair(self, payload: dict[str, Any], submitted_by: str | None = None, client: str | None = None,
+                    in_share: bool = True) -> Any: ...
 
     def queue_status(self) -> dict[str, Any]: ...
 
@@ -202,7 +203,8 @@ class CampaignRunner:
             return False
         payload = {**item.settings, "prompt": item.prompt, "seed": item.seed, "tier": item.tier}
         try:
-            pair = self.service.submit_pair(payload, submitted_by=item.created_by)
+            # Outside its creator's queue share: the feeder bounds itself (_room_for keeps places free for everyone).
+            pair = self.service.submit_pair(payload, submitted_by=item.created_by, in_share=False)
         except (QueueFull, DataDirReadOnly, StorageFull) as error:
             log.info("campaign %s waits: %s", item.campaign_id, error)
             return False

@@ -40,19 +40,25 @@ class QueueFull(RuntimeError):
     """The backlog is at its limit; the caller should retry later (REST answers 429)."""
 
 
+class UserShareFull(QueueFull):
+    """This user already has their share of the queue (``max_per_user`` jobs queued or running): one user cannot
+    fill the queue the others wait in. REST answers 429 naming the limit."""
+
+
 @dataclass
 class Job:
     """One engine request and its live state. ``request`` is a validated ``GenerationRequest``."""
 
     video_id: str
     request: Any
+    owner: str | None = None  # whose share of the queue it takes (the signed-in user, else the client address)
     cancel_event: threading.Event = field(default_factory=threading.Event)
     state: str = "queued"  # queued | in_progress | completed | failed
     progress: int = 0
     last_write: float = 0.0
 
     def cancelled(self) -> bool:
-        """The engine's cancel callback: checked before every denoising step."""
+        """The engine's cancel callback: checked before every denoising step and every stage."""
         return self.cancel_event.is_set()
 
 
@@ -74,36 +80,39 @@ FinishListener = Callable[[JobOutcome], None]
 class Reservation:
     """Queue slots held while the caller creates the records its jobs refer to (see :meth:`JobQueue.reserve`)."""
 
-    def __init__(self, queue: JobQueue, slots: int):
-        self._queue, self._slots = queue, slots
+    def __init__(self, queue: JobQueue, slots: int, owner: str | None = None):
+        self._queue, self._slots, self.owner = queue, slots, owner
 
     def enqueue(self, job: Job) -> Job:
-        """Put one job into a reserved slot."""
+        """Put one job into a reserved slot (it takes the reservation's owner's share)."""
         if self._slots <= 0:
             raise RuntimeError("no reserved slot left")  # a programming error, not a user error
         self._slots -= 1
+        job.owner = self.owner
         self._queue._append(job, reserved=True)
         return job
 
     def _release(self) -> None:
-        self._queue._unreserve(self._slots)
+        self._queue._unreserve(self._slots, self.owner)
         self._slots = 0
 
 
 class JobQueue:
     """A queue of ``workers`` threads in front of one engine (1 for the in-process engine).
 
-    ``max_queued`` bounds the jobs waiting (running ones are not counted). ``on_start(video_id)`` and
+    ``max_queued`` bounds the jobs waiting (running ones are not counted); ``max_per_user`` (None: no share)
+    bounds one owner's jobs queued or running, so one user cannot fill the queue. ``on_start(video_id)`` and
     ``on_finish(outcome)`` are called on the worker thread after the store was updated; their exceptions are
     logged and never stop the worker.
     """
 
     def __init__(self, engine: GenerationEngine, store: Store, max_queued: int = 8,
                  on_start: Listener | None = None, on_finish: FinishListener | None = None,
-                 workers: int = 1, name: str = "engine"):
-        if max_queued < 1 or workers < 1:
-            raise ValueError("max_queued and workers must be >= 1")
-        self.engine, self.store, self.max_queued = engine, store, max_queued
+                 workers: int = 1, name: str = "engine", max_per_user: int | None = None):
+        if max_queued < 1 or workers < 1 or (max_per_user is not None and max_per_user < 1):
+            raise ValueError("max_queued, workers and max_per_user must be >= 1")
+        self.engine, self.store, self.max_queued, self.max_per_user = engine, store, max_queued, max_per_user
+        self._reserved_by: dict[str, int] = {}  # reserved slots per owner
         self.on_start, self.on_finish = on_start, on_finish
         self._pending: deque[Job] = deque()
         self._jobs: dict[str, Job] = {}  # queued and running jobs by video id
@@ -119,8 +128,9 @@ class JobQueue:
     # ------------------------------------------------------------------------------------ submitting
 
     @contextlib.contextmanager
-    def reserve(self, slots: int) -> Iterator[Reservation]:
-        """Hold ``slots`` backlog places, or raise QueueFull; unused slots are released on exit.
+    def reserve(self, slots: int, owner: str | None = None) -> Iterator[Reservation]:
+        """Hold ``slots`` backlog places for ``owner``, or raise QueueFull (UserShareFull: the owner's share is
+        taken); unused slots are released on exit.
 
         Why: a pair needs two jobs and its records must exist before its jobs run. Reserving first means a
         full queue refuses the whole pair before anything is written, never half of it.
@@ -128,34 +138,58 @@ class JobQueue:
         with self._cond:
             if self._stopping:
                 raise QueueFull("the server is shutting down")
+            if owner is not None and self.max_per_user is not None:
+                held = self._held_by(owner)
+                if held + slots > self.max_per_user:
+                    raise UserShareFull(
+                        f"{owner} already has {held} job(s) queued or running and this needs {slots} more; each "
+                        f"user may have at most {self.max_per_user} (the server's --max-jobs-per-user); retry "
+                        "when one has finished")
             waiting = len(self._pending) + self._reserved
             if waiting + slots > self.max_queued:
                 raise QueueFull(
                     f"the job queue is full ({waiting} of {self.max_queued} places taken, {slots} needed); "
                     "retry when a job has finished")
             self._reserved += slots
-        reservation = Reservation(self, slots)
+            if owner is not None:
+                self._reserved_by[owner] = self._reserved_by.get(owner, 0) + slots
+        reservation = Reservation(self, slots, owner)
         try:
             yield reservation
         finally:
             reservation._release()
 
-    def submit(self, video_id: str, request: Any) -> Job:
-        """Queue one job for an existing (queued) video record; QueueFull if the backlog is full."""
-        with self.reserve(1) as reservation:
+    def submit(self, video_id: str, request: Any, owner: str | None = None) -> Job:
+        """Queue one job for an existing (queued) video record; QueueFull if the backlog (or the owner's share) is
+        full."""
+        with self.reserve(1, owner) as reservation:
             return reservation.enqueue(Job(video_id=video_id, request=request))
+
+    def _held_by(self, owner: str) -> int:
+        """Jobs of ``owner`` queued, running or reserved (call under the lock)."""
+        return self._reserved_by.get(owner, 0) + sum(job.owner == owner for job in self._jobs.values())
 
     def _append(self, job: Job, reserved: bool) -> None:
         with self._cond:
             if reserved:
                 self._reserved -= 1
+                self._take_reserved(job.owner, 1)
             self._pending.append(job)
             self._jobs[job.video_id] = job
             self._cond.notify_all()
 
-    def _unreserve(self, slots: int) -> None:
+    def _unreserve(self, slots: int, owner: str | None = None) -> None:
         with self._cond:
             self._reserved -= slots
+            self._take_reserved(owner, slots)
+
+    def _take_reserved(self, owner: str | None, slots: int) -> None:
+        if owner is not None and slots:
+            left = self._reserved_by.get(owner, 0) - slots
+            if left > 0:
+                self._reserved_by[owner] = left
+            else:
+                self._reserved_by.pop(owner, None)
 
     # ------------------------------------------------------------------------------------- observing
 
@@ -191,8 +225,8 @@ class JobQueue:
     # ------------------------------------------------------------------------------------ cancelling
 
     def cancel(self, video_id: str) -> str | None:
-        """Cancel a job: "queued" if it was waiting (now failed), "in_progress" if it is running (it stops
-        before its next denoising step and then fails), None if the queue does not hold it."""
+        """Cancel a job: "queued" if it was waiting (now failed), "in_progress" if it is running (the engine stops
+        it before its next denoising step or stage, and it fails as cancelled), None if the queue does not hold it."""
         with self._cond:
             job = self._jobs.get(video_id)
             if job is None:

@@ -316,8 +316,9 @@ def _renamed(work: Callable[[], RequestPlan], renames: dict[str, str]) -> Reques
     try:
         return work()
     except RequestError as error:
-        if error.field in renames and renames[error.field] != error.field:
-            raise RequestError(renames[error.field], error.message) from None
+        renamed = error.renamed(renames)
+        if renamed is not error:
+            raise renamed from None
         raise
 
 

@@ -36,6 +36,7 @@ from engine.interface import ModelEngine, RequestPlan
 from engine.labels import model_label
 from engine.request import ASPECT_RATIOS, GenerationRequest, validate_duration
 from studio.blind import BlindService
+from studio.budget import DEFAULT_MAX_JOB_SECONDS, check_job_time
 from studio.campaigns import CampaignRunner
 from studio.export import export_pairs
 from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
@@ -71,11 +72,13 @@ def load_quality() -> ModuleType | None:
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """Where the studio keeps its data and what a clip costs."""
+    """Where the studio keeps its data, what a clip costs and how much work one request and one user may queue."""
 
     data_dir: Path
     pod_rate_usd_per_hour: float = DEFAULT_POD_RATE
     queue_size: int = 8
+    max_job_seconds: float = DEFAULT_MAX_JOB_SECONDS  # a local job estimated longer is refused (studio/budget.py)
+    max_jobs_per_user: int | None = None  # queued or running, per queue; None: no share (app.py's --max-jobs-per-user)
 
     @property
     def overlay_dir(self) -> Path:
@@ -112,7 +115,7 @@ class StudioService:
         self._remote_queues = {
             tier: JobQueue(remotes.engine(tier), store, config.queue_size, on_start=self.pairs.video_started,
                            on_finish=self.pairs.video_finished, workers=len(remotes.servers(tier)),
-                           name=f"remote-{tier}")
+                           name=f"remote-{tier}", max_per_user=config.max_jobs_per_user)
             for tier in (remotes.tiers if remotes else ())}
         self._resume_remote_jobs(store.resumable_videos)
         if engine is not None:
@@ -122,13 +125,14 @@ class StudioService:
     @classmethod
     def open(cls, data_dir: str | Path, pod_rate_usd_per_hour: float = DEFAULT_POD_RATE, queue_size: int = 8,
              engine: ModelEngine | None = None, approval_rule: ApprovalRule | None = None, recover: bool = True,
-             **kwargs: Any) -> StudioService:
+             max_job_seconds: float = DEFAULT_MAX_JOB_SECONDS,
+             max_jobs_per_user: int | None = None, **kwargs: Any) -> StudioService:
         """Open (or create) the store under ``data_dir`` and build the service on it.
 
         ``recover`` (the serving process) marks jobs a crash left unfinished as failed; a second process on
         the same data dir passes False.
         """
-        config = ServiceConfig(Path(data_dir), pod_rate_usd_per_hour, queue_size)
+        config = ServiceConfig(Path(data_dir), pod_rate_usd_per_hour, queue_size, max_job_seconds, max_jobs_per_user)
         return cls(Store(config.data_dir, approval_rule, recover=recover), config, engine=engine, **kwargs)
 
     def _resume_remote_jobs(self, videos: list[VideoRecord]) -> None:
@@ -165,7 +169,8 @@ class StudioService:
             if self._engine is not None:
                 raise RuntimeError("an engine is already attached")
             self._queue = JobQueue(engine, self.store, self.config.queue_size,
-                                   on_start=self.pairs.video_started, on_finish=self.pairs.video_finished)
+                                   on_start=self.pairs.video_started, on_finish=self.pairs.video_finished,
+                                   max_per_user=self.config.max_jobs_per_user)
             self._engine = engine
             self._loading = False
 
@@ -220,15 +225,17 @@ class StudioService:
         return [q for q in (self._queue, *self._remote_queues.values()) if q is not None]
 
     @contextlib.contextmanager
-    def _reserve(self, planned: list[RequestPlan]) -> Iterator[Callable[[RequestPlan, str], None]]:
-        """Reserve a slot for each planned job in its engine's queue (all or nothing: QueueFull otherwise) and
-        yield ``enqueue(planned, video_id)``."""
+    def _reserve(self, planned: list[RequestPlan],
+                 owner: str | None = None) -> Iterator[Callable[[RequestPlan, str], None]]:
+        """Reserve a slot for each planned job in its engine's queue, in ``owner``'s share (all or nothing:
+        QueueFull or UserShareFull otherwise) and yield ``enqueue(planned, video_id)``."""
         queues = [self._queue_of(p) for p in planned]
         with contextlib.ExitStack() as stack:
             reservations: dict[int, Reservation] = {}
             for queue in queues:
                 if id(queue) not in reservations:
-                    reservations[id(queue)] = stack.enter_context(queue.reserve(sum(q is queue for q in queues)))
+                    reservations[id(queue)] = stack.enter_context(queue.reserve(sum(q is queue for q in queues),
+                                                                                owner))
 
             def enqueue(item: RequestPlan, video_id: str) -> None:
                 job_request = _job_request(item, functools.partial(self.store.set_video_remote, video_id))
@@ -328,14 +335,18 @@ class StudioService:
                 return self.remotes.engine(tier_name).plan(payload)
             except RemoteUnavailable as error:
                 raise ServiceUnavailable(str(error)) from None
-        return engine.plan(payload)
+        planned = engine.plan(payload)
+        if hasattr(engine, "estimate"):  # a remote server bounds its own jobs (its timeout_s)
+            check_job_time(engine, planned.request, self.config.max_job_seconds)
+        return planned
 
-    def submit_video(self, payload: dict[str, Any], source: str = "api",
-                     submitted_by: str | None = None) -> VideoRecord:
-        """Validate and queue one clip; returns the queued record at once (QueueFull if the backlog is full)."""
+    def submit_video(self, payload: dict[str, Any], source: str = "api", submitted_by: str | None = None,
+                     client: str | None = None) -> VideoRecord:
+        """Validate and queue one clip; returns the queued record at once (QueueFull if the backlog is full,
+        UserShareFull if the submitter - ``submitted_by``, else the ``client`` address - has their share queued)."""
         planned = self.plan(payload)
         self.keep_inputs(planned.request)
-        with self._reserve([planned]) as enqueue:
+        with self._reserve([planned], queue_owner(submitted_by, client)) as enqueue:
             record = self.store.create_video(_video_request(planned, source=source, submitted_by=submitted_by),
                                              planned.request.tier, planned.model_name)
             enqueue(planned, record.id)
@@ -406,7 +417,8 @@ class StudioService:
 
     # ---------------------------------------------------------------------------------------- pairs
 
-    def submit_pair(self, payload: dict[str, Any], submitted_by: str | None = None) -> PairRecord:
+    def submit_pair(self, payload: dict[str, Any], submitted_by: str | None = None, client: str | None = None,
+                    in_share: bool = True) -> PairRecord:
         """Queue a same-seed baseline/candidate pair and return its record at once.
 
         ``payload``: {"prompt", "seed", "tier", "target": {"duration_seconds", "aspect_ratio", "short_edge"},
@@ -416,7 +428,8 @@ class StudioService:
         """
         baseline, candidate = plan_pair(payload, self.plan)
         self.keep_inputs(candidate.request)  # the baseline's are the same images
-        return self.pairs.create(baseline, candidate, self._reserve, _video_request, submitted_by)
+        reserve = functools.partial(self._reserve, owner=queue_owner(submitted_by, client) if in_share else None)
+        return self.pairs.create(baseline, candidate, reserve, _video_request, submitted_by)
 
     def get_pair(self, pair_id: str) -> PairView:
         """A pair with both clips, timings, speed-ups, cost, metrics and verdicts (NotFound naming pair_id)."""
@@ -547,6 +560,14 @@ class StudioService:
 
 
 # --------------------------------------------------------------------------------------------- helpers
+
+
+def queue_owner(submitted_by: str | None, client: str | None) -> str | None:
+    """Whose queue share a submission takes: the signed-in user, else (no --auth) the client's address; None (an
+    in-process caller) takes none."""
+    if submitted_by:
+        return f"user {submitted_by!r}"
+    return f"client {client}" if client else None
 
 
 def _job_request(planned: RequestPlan, on_accepted: Callable[[str, str], None]) -> Any:

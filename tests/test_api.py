@@ -495,7 +495,7 @@ def test_queue_full_429_cancel_and_serving_after(tmp_path, nano_engine):
         # Cancel the waiting job: failed at once, never generated.
         cancelled = client.delete(f"/v1/videos/{waiting['id']}").json()
         assert cancelled["cancelled"] and cancelled["status"] == "failed"
-        assert cancelled["error"] == {"message": "cancelled by request"}
+        assert cancelled["error"] == {"code": "cancelled", "message": "cancelled by request"}
         # Cancel the running job once it is denoising.
         deadline = time.monotonic() + TIMEOUT_S
         while client.get(f"/v1/videos/{running['id']}").json()["progress"] == 0:
