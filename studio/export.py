@@ -278,8 +278,9 @@ SHA256SUMS     the sha256 of every MP4 and input image, in the format of `sha256
 README.txt     this file.
 
 Approval rule: a configuration is approved once it has accepts on at least
-{rule["min_distinct_prompts"]} distinct prompt(s) and at most {rule["max_rejects"]} reject(s). Exported pairs belong to
-approved configurations, were accepted and never rejected.
+{rule["min_distinct_prompts"]} distinct prompt(s) from at least {rule["min_reviewers"]} distinct reviewer(s),
+and at most {rule["max_rejects"]} standing reject(s). Exported pairs belong to approved configurations, were
+accepted and never rejected.
 
 Verifying the clips
 -------------------

@@ -234,7 +234,9 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
 
     # The model's notes on the prompt as it is typed: words outside the nano's captions, with a rewrite when each
     # has a replacement; example prompts it follows fill the box.
-    assert page.locator("#h3-prompt textarea").get_attribute("placeholder").startswith("a red square moves")
+    # The first example is a circle: the nano draws every shape round (README), so a square would not be drawn as
+    # asked (issue 42); this one was generated and looked at.
+    assert page.locator("#h3-prompt textarea").get_attribute("placeholder").startswith("A video of a green circle")
     page.fill("#h3-prompt textarea", "a green square slides up on a checkered background")
     page.wait_for_selector("#h3-prompt-note:has-text(\"'checkered' (try 'textured')\")")
     shot(page, "02b_prompt_note")
@@ -264,6 +266,8 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     first_pair = wait_for_pair_done(page)
     assert "· completed ·" in text_of(page, FINAL_PANEL)
     assert "$ per clip" in text_of(page, FINAL_PANEL)
+    speed = text_of(page, FINAL_PANEL).split("Speed-up ")[1].split("×")[0]
+    assert (float(speed) < 1) == ("(slower" in text_of(page, FINAL_PANEL)), text_of(page, FINAL_PANEL)
     shot(page, "04_pair_done")
 
     # Same prompt, seed and baseline steps with another tier: the stored baseline is reused, and the page says so.
@@ -301,12 +305,17 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
         page.wait_for_selector(f"#h3-readout:has-text('frame {wanted} ')")
     shot(page, "05b_compare_metrics")
 
-    # Synced playback: one clock drives both videos; pausing moves the slider to the shown frame.
+    # Synced playback: one clock drives both videos and the slider shows the frame on screen as they play (it
+    # stayed at the paused frame, issue 42); pausing moves the slider to the shown frame through its handler.
+    set_frame(page, 0)
+    page.wait_for_selector("#h3-readout:has-text('frame 0 ')")
     page.click("#h3-player button[data-act=play]")
     page.wait_for_timeout(1500)
-    state = page.evaluate("() => window.h3Player.state()")
+    state, shown = page.evaluate("() => [window.h3Player.state(), ['range', 'number'].map(kind => Number("
+                                 "document.querySelector(`#h3-frame-slider input[type=${kind}]`).value))]")
     page.click("#h3-player button[data-act=pause]")
     assert state["playing"] and abs(state["videos"][0] - state["videos"][1]) < 0.1, state
+    assert shown[0] == shown[1] and 0 < shown[0] <= int(state["time"] * 24) + 1, (shown, state)
     paused = page.evaluate("() => window.h3Player.state()")
     frame = int(paused["time"] * 24)
     page.wait_for_selector(f"#h3-readout:has-text('frame {frame} ')")
@@ -344,6 +353,10 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     open_tab(page, "Configurations")
     row = page.locator("#h3-config-table").get_by_role("row").filter(has_text=key[:12])
     row.get_by_text("approved", exact=True).wait_for()  # exact: not "not approved"
+    # Every column fits the 1400 px window: the last one ("last used") was cut off (issue 42).
+    last = page.locator("#h3-config-table th").filter(has_text="last used").first.bounding_box()
+    table = page.locator("#h3-config-table").bounding_box()
+    assert last["x"] + last["width"] <= min(table["x"] + table["width"], 1400) + 1, (last, table)
     row.get_by_text("1 (1 with unknown words)").wait_for()  # "kite", "dips", "windy", "beach": not nano words
     row.get_by_text(key[:12]).click()
     page.wait_for_selector("#h3-config-history:has-text('e2e reviewer')")
@@ -371,6 +384,20 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     assert {exported[second_pair][role]["file"] for role in ("baseline", "candidate")} <= set(names), names
     assert sum(n.endswith(".mp4") for n in names) == 2 * len(exported), names
     shot(page, "09_export")
+
+    # While its steps run, the panel under the progress bar says "running" (it said "queued", issue 42); then
+    # Cancel stops the pair.
+    open_tab(page, "Generate")
+    page.fill("#h3-seed input", "8")
+    page.fill("#h3-baseline-steps textarea", "100")
+    page.click("#h3-generate")
+    page.wait_for_function("() => document.querySelector('#h3-generate-result').innerText.includes('denoising step')",
+                           timeout=PAIR_TIMEOUT_MS)
+    page.wait_for_selector("#h3-generate-result .h3-panel:has-text('· running ·')")
+    assert "· queued ·" not in text_of(page, "#h3-generate-result .h3-panel")
+    shot(page, "10_running")
+    page.click("#h3-cancel")
+    page.wait_for_selector("#h3-generate-result .h3-panel:has-text('· failed ·'):has-text('cancelled by request')")
 
 
 def test_signed_in_reviewer_is_the_auth_user(auth_studio_url):

@@ -74,7 +74,9 @@ def _array(values: list[str]) -> str:
 
 
 def guide_text() -> str:
-    examples = heldout_prompts()[::5][:8]  # step 5: the background cycles too
+    # Step 5: the background cycles too. Circles first: the nano draws every shape as a rounded blob (README), so
+    # only a circle example is drawn as it asks; the UI's placeholder and first pick are the first one.
+    examples = sorted(heldout_prompts()[::5][:8], key=lambda prompt: "circle" not in prompt.lower())
     lines = [
         "# h3-nano's prompt guide, written by `python -m train.prompt_guide` from train/dataset.py. Not part of the",
         "# weights (the model id hashes .json and .safetensors only). engine/prompt_guide.py reads it.",

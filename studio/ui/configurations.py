@@ -36,7 +36,8 @@ def build_configurations_tab(service: StudioService, accounts: Accounts | None =
         rule_history = gr.Dataframe(headers=RULE_HEADERS, value=_rule_rows(service), interactive=False,
                                     label="Every rule an admin set (newest applies)", elem_id="h3-rule-history")
     refresh = gr.Button("Refresh", elem_id="h3-config-refresh", size="sm")
-    table = gr.Dataframe(headers=CONFIG_HEADERS, interactive=False, elem_id="h3-config-table")
+    # wrap: the long headers wrap, so all eleven columns fit a 1400 px window (the last was cut off, issue 42)
+    table = gr.Dataframe(headers=CONFIG_HEADERS, interactive=False, wrap=True, elem_id="h3-config-table")
     keys = gr.State([])
     detail = gr.HTML("", js_on_load=None, elem_id="h3-config-detail")
     history = gr.Dataframe(headers=[*HISTORY_HEADERS, "prompt", "pair"], interactive=False, label="History",

@@ -13,13 +13,15 @@ from studio.service import StudioService
 from studio.ui.common import error_html
 from studio.ui.media import MediaDir
 
+PAIRS_LABEL = "Approved pairs"
+
 
 def build_export_tab(service: StudioService, media: MediaDir) -> dict[str, Any]:
     gr.Markdown("Exports hold only **approved** pairs: completed, in an approved configuration, accepted and never "
                 "rejected. The zip carries both MP4s of each pair, manifest.json (verdicts, configs, metrics) "
                 "and SHA256SUMS.")
     refresh = gr.Button("Refresh approved pairs", elem_id="h3-export-refresh", size="sm")
-    chosen = gr.CheckboxGroup([], label="Approved pairs (none ticked: all approved pairs)", elem_id="h3-export-pairs")
+    chosen = gr.CheckboxGroup([], label=f"{PAIRS_LABEL} (none ticked: all approved pairs)", elem_id="h3-export-pairs")
     with gr.Row():
         selected = gr.Button("Export selected", variant="primary", elem_id="h3-export-selected")
         everything = gr.Button("Export all approved", elem_id="h3-export-all")
@@ -35,7 +37,9 @@ def build_export_tab(service: StudioService, media: MediaDir) -> dict[str, Any]:
         try:
             path = service.export(list(pair_ids or []))
         except (StoreError, ClipIntegrityError) as error:
-            return error_html(getattr(error, "field", None), getattr(error, "message", str(error))), None
+            field = getattr(error, "field", None)  # the service's pair_ids is this page's list of approved pairs
+            message = getattr(error, "message", str(error))
+            return error_html(PAIRS_LABEL if field == "pair_ids" else field, message), None
         with _zip(path) as archive:
             names = archive.namelist()
         size_kb = path.stat().st_size / 1024
@@ -46,7 +50,7 @@ def build_export_tab(service: StudioService, media: MediaDir) -> dict[str, Any]:
     refresh.click(approved_choices, None, chosen)
     selected.click(export, chosen, [result, download])
     everything.click(lambda: export([]), None, [result, download])
-    return {"refresh": approved_choices, "chosen": chosen}
+    return {"refresh": approved_choices, "chosen": chosen, "export": export}
 
 
 def _zip(path):

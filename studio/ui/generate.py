@@ -234,19 +234,21 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
         errors = dict.fromkeys(slot_names, "")
         try:
             payload.update(upload_inputs(first_v, last_v, references_v))
-            pair = service.submit_pair(payload, submitted_by=username(request))  # its submitter may cancel it
+            pair = service.submit_pair(payload, submitted_by=username(request),  # its submitter may cancel it
+                                       client=getattr(getattr(request, "client", None), "host", None))
         except (RequestError, StoreError) as error:
             errors[_slot_for(error.field)] = error_html(error.field, error.message)
             yield _generate_outputs(errors, slot_names, None)
             return
-        except (QueueFull, ServiceUnavailable) as error:
+        except (QueueFull, ServiceUnavailable) as error:  # UserShareFull too: it names --max-jobs-per-user
             errors["general"] = error_html(None, str(error))
             yield _generate_outputs(errors, slot_names, None)
             return
-        # Hand the pair id to the page first, so "Cancel" knows what to cancel while this handler polls.
+        # Hand the pair id to the page first, so "Cancel" knows what to cancel while this handler polls; then the
+        # panel again at each change of the pair's status (it said "queued" while the steps ran, issue 42).
         yield _generate_outputs(errors, slot_names, service.get_pair(pair.id), service, media)
-        view = _watch(service, pair.id, progress)
-        yield _generate_outputs(errors, slot_names, view, service, media)
+        for view in _watch(service, pair.id, progress):
+            yield _generate_outputs(errors, slot_names, view, service, media)
 
     outputs = [*slots.values(), result, timings, video_b, video_c, open_compare, pair_state]
     # Clear the previous attempt's errors and disable Generate at once (no queue), then generate; the button
@@ -337,15 +339,19 @@ def _slot_for(field: str | None) -> str:
 
 
 def _watch(service: StudioService, pair_id: str, progress: gr.Progress):
-    """Poll the pair until it is finished, reporting denoising steps of both clips to the progress bar."""
-    plan = None
+    """Poll the pair until it is finished, reporting denoising steps of both clips to the progress bar; yield the
+    pair each time its status changes (the last one yielded is the finished pair)."""
+    plan, status = None, "queued"  # the status the page shows already
     while True:
         view = service.get_pair(pair_id)
         plan = plan or _step_plan(service, view)
         done, desc = _progress_of(view, plan)
         progress((done, plan["total"]), desc=desc, unit="steps")
+        if view.status != status:
+            status = view.status
+            yield view
         if view.status in ("completed", "failed"):
-            return view
+            return
         time.sleep(POLL_S)
 
 

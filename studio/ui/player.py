@@ -3,8 +3,9 @@
 A ``gr.HTML`` control bar whose ``js_on_load`` drives the two ``<video>`` elements inside the compare tab's
 ``gr.Video`` components (found by elem_id). One clock (``performance.now()``) decides the time; every animation
 frame each video is pulled back to the clock when it drifts more than a frame, so decoder stalls on either side
-never let the clips run apart. The frame slider seeks both through ``window.h3Player.seekFrame`` and, when
-playback is paused, the slider follows the player.
+never let the clips run apart. The frame slider seeks both through ``window.h3Player.seekFrame``; during
+playback the slider shows the frame on screen (its inputs only: the per-frame handler runs once, on pause), and on
+pause it moves to the shown frame through its handler.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ PLAYER_JS = """
 const FPS = 24;
 const ids = ['%(baseline)s', '%(candidate)s'];
 const state = {playing: false, offset: 0, t0: 0, rate: 1, sound: 'baseline', loop: true};
+let sliderFrame = null;  // the frame the slider's Python handler last saw
 const clock = element.querySelector('.h3-clock');
 const videos = () => ids.map(id => document.querySelector('#' + id + ' video'));
 const now = () => state.playing ? state.offset + (performance.now() - state.t0) / 1000 * state.rate : state.offset;
@@ -57,6 +59,22 @@ function show(t) {
   const drift = v.length === 2 ? Math.abs(v[0].currentTime - v[1].currentTime) * 1000 : NaN;
   clock.textContent = `t ${t.toFixed(3)} s · frame ${Math.floor(t * FPS)} · drift ` +
     (isNaN(drift) ? '—' : drift.toFixed(0) + ' ms');
+}
+function showOnSlider(t) {
+  // During playback: the slider's inputs show the frame on screen without their events, so the per-frame
+  // handler does not run 24 times a second; Gradio draws the track's fill from --range_progress.
+  const box = document.querySelector('#%(slider)s');
+  if (!box) return;
+  const range = box.querySelector('input[type=range]');
+  const number = box.querySelector('input[type=number]');
+  const max = range ? Number(range.max) : Infinity;
+  const f = Math.min(Math.floor(t * FPS), max);
+  if (number && document.activeElement !== number) number.value = f;
+  if (range) {
+    const min = Number(range.min) || 0;
+    range.value = f;
+    range.style.setProperty('--range_progress', (max > min ? (f - min) / (max - min) * 100 : 0) + '%%');
+  }
 }
 function place(t) {
   videos().forEach(v => { if (v && Math.abs(v.currentTime - t) > 0.5 / FPS) v.currentTime = t; });
@@ -77,6 +95,7 @@ function tick() {
     if (v.paused) v.play().catch(() => {});
   });
   show(t);
+  showOnSlider(t);
   requestAnimationFrame(tick);
 }
 function play() {
@@ -101,7 +120,8 @@ function seekFrame(f, moveSlider) {
   place(state.offset);
   if (moveSlider) {
     const input = document.querySelector('#%(slider)s input[type=number]');
-    if (input && Number(input.value) !== Number(f)) {
+    if (input && sliderFrame !== Number(f)) {  // not the input's value: playback has been writing it
+      sliderFrame = Number(f);
       input.value = f;
       input.dispatchEvent(new Event('input', {bubbles: true}));
       input.dispatchEvent(new Event('change', {bubbles: true}));
@@ -127,7 +147,7 @@ element.addEventListener('change', e => {
   else if (act === 'sound') { state.sound = e.target.value; applySound(); }
   else if (act === 'loop') { state.loop = e.target.checked; }
 });
-window.h3Player = {seekFrame: f => { if (!state.playing) seekFrame(f, false); }, play, pause,
+window.h3Player = {seekFrame: f => { sliderFrame = Number(f); if (!state.playing) seekFrame(f, false); }, play, pause,
                    state: () => ({playing: state.playing, time: now(),
                                   videos: videos().map(v => v ? v.currentTime : null)})};
 """ % {"baseline": BASELINE_VIDEO_ID, "candidate": CANDIDATE_VIDEO_ID, "slider": FRAME_SLIDER_ID}  # noqa: UP031
