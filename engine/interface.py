@@ -69,6 +69,9 @@ class ModelEngine(GenerationEngine, Protocol):
         """How long a validated request would hold the engine (engine/cost.py); nothing runs."""
 
     @property
+    def geometry(self) -> ModelGeometry: ...
+
+    @property
     def prompt_guide(self) -> PromptGuide | None:
         """The words the model was trained on (a model folder's prompt_guide.toml), or None: any text."""
 
@@ -90,6 +93,11 @@ class ModelFacts:
     @property
     def untrained(self) -> bool:
         return self.components.untrained
+
+    @property
+    def geometry(self) -> ModelGeometry:
+        """The model's canvas numbers, among others (engine/canvases.py: which sizes and frame counts it makes)."""
+        return self.components.geometry
 
     @property
     def prompt_guide(self) -> PromptGuide | None:

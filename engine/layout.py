@@ -17,13 +17,11 @@ from diffusers.modular_pipelines.minimax_h3.modular_pipeline import (
     MINIMAX_H3_FPS,
     MINIMAX_H3_TEXT_TAG,
     MINIMAX_H3_VIDEO_TAG,
-    align_num_frames,
     audio_latent_num_frames,
-    resolve_canvas_size,
     video_latent_num_frames,
 )
 
-from engine.request import aspect_parts
+from engine.canvases import canvas_size, frame_count
 from engine.tiles import SPARSE_TILE_CUBES
 
 FPS = MINIMAX_H3_FPS
@@ -84,11 +82,8 @@ class PackedLayout:
 
 def resolve_canvas(geometry: ModelGeometry, duration_seconds: float, aspect_ratio: str, short_edge: int) -> Canvas:
     """Duration and aspect ratio → canvas and latent shapes, as the diffusers pipeline computes them."""
-    aspect_w, aspect_h = aspect_parts(aspect_ratio)
-    # The area cap scales with the requested short edge, so a smaller short edge keeps the model's aspect rules.
-    max_pixels = int(geometry.canvas_max_pixels * (short_edge / geometry.canvas_short_edge) ** 2)
-    height, width = resolve_canvas_size(aspect_w, aspect_h, geometry.canvas_multiple, short_edge, max_pixels)
-    num_frames = align_num_frames(round(duration_seconds * FPS), geometry.frames_per_chunk, geometry.latents_per_chunk)
+    width, height = canvas_size(geometry, aspect_ratio, short_edge)
+    num_frames = frame_count(geometry, duration_seconds)
     return Canvas(
         height=height,
         width=width,

@@ -4,7 +4,8 @@
 #   1. the virtualenv, made with $PYTHON (default python3) -m venv
 #   2. CPU torch first (so nothing pulls a multi-GB CUDA build), then requirements.txt; again only when
 #      requirements.txt changed since the last install
-#   3. lpips without its torchvision dependency
+#   3. lpips without its torchvision dependency; sglang's wheel without its serving runtime (the tests read its
+#      /v1/videos protocol models, tests/sglang_protocol.py)
 #   4. Debian's chromium for the browser test (skipped with H3_SKIP_BROWSER=1)
 # With arguments, runs them with the virtualenv's python afterwards: `bash scripts/install.sh app.py --port 8000`.
 set -euo pipefail
@@ -44,6 +45,13 @@ fi
 if ! "$PY" -m pip show -q lpips >/dev/null 2>&1; then
   step "3/4 installing lpips without its torchvision dependency"
   pip_install --no-deps lpips==0.1.4
+fi
+# sglang: only its pydantic protocol models are used (tests/sglang_protocol.py, the /v1/videos oracle); its
+# dependencies are the whole serving stack (CUDA torch, kernels), so the wheel goes in alone.
+SGLANG_VERSION=0.5.23
+if [ "$("$PY" -m pip show sglang 2>/dev/null | sed -n 's/^Version: //p')" != "$SGLANG_VERSION" ]; then
+  step "3/4 installing sglang $SGLANG_VERSION without its serving runtime (its /v1/videos models are the test oracle)"
+  pip_install --no-deps "sglang==$SGLANG_VERSION"
 fi
 if "$PY" -m pip show -q torchvision >/dev/null 2>&1 && ! "$PY" -c "import torchvision" 2>/dev/null; then
   step "3/4 removing a torchvision that does not import beside this torch"

@@ -33,7 +33,7 @@ from starlette.routing import Match
 
 from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
 from engine.errors import RequestError
-from engine.request import REFUSED_FIELDS, validate_prompt
+from engine.request import validate_prompt
 from studio.api_models import (
     ApprovalRuleObject,
     ApprovalRuleWithHistory,
@@ -55,27 +55,16 @@ from studio.auth import Accounts
 from studio.blind import disguised
 from studio.guard import RequestGuard, basic_credentials, public_health
 from studio.jobs import CANCELLED_MESSAGE, QueueFull, UserShareFull
+from studio.previews import EXTENSIONS, MEDIA_TYPES, check_variant
 from studio.roles import OPEN, Actor, Forbidden
 from studio.service import PairView, ServiceUnavailable, StudioService, VideoView
+from studio.video_request import RENAMES, video_payload
 from studio.views import jsonable
 
 log = logging.getLogger(__name__)
 
-MIN_SGLANG_STEPS, MAX_SGLANG_STEPS = 2, 101  # N sigma points = N - 1 forwards; the engine runs 1..100 forwards
 MAX_PAGE = 100
 MAX_EXPORT_PAIRS = 1000  # one zip; each id is looked up, so an unbounded list is an unbounded request
-SGLANG_TASKS_SERVED = ("t2va",)
-# SGLang H3 fields this server understands but cannot honour: refusing beats silently ignoring them.
-SGLANG_UNSUPPORTED = {
-    "flow_shift": "the flow shift is fixed by the model's scheduler config on this server",
-    "audio_flow_shift": "the audio flow shift is fixed by the model's audio scheduler config on this server",
-    "conditions": "send keyframes and references as multipart/form-data files (input_reference; README)",
-}
-SGLANG_FIELDS = ("prompt", "task", "target", "seed", "num_inference_steps", "tier", "force", "model")
-TARGET_FIELDS = ("short_edge", "aspect_ratio", "duration_seconds")
-# Engine field → the SGLang body field that fed it, so errors name what the client sent.
-SGLANG_RENAMES = {"steps": "num_inference_steps", "duration_seconds": "target.duration_seconds",
-                  "aspect_ratio": "target.aspect_ratio", "short_edge": "target.short_edge"}
 
 
 # ------------------------------------------------------------------------------------------------ bodies
@@ -107,17 +96,34 @@ class Target(BaseModel):
 
 
 class VideoCreate(BaseModel):
-    """SGLang 0.5.23 /v1/videos body for H3 (t2va), plus this studio's optional ``tier`` and ``force``."""
+    """A /v1/videos body as OpenAI's client and SGLang 0.5.23 send it, with H3's ``task``/``target`` and this studio's
+    ``tier`` and ``force`` (studio/video_request.py maps it to the engine's request)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     prompt: Text
-    task: Text = "t2va"
-    target: Target | None = None
+    model: Text | None = Field(None, description="accepted for OpenAI-client compatibility; one model is served")
+    seconds: Text | int | float | None = Field(None, examples=["5"],
+                                               description='clip length, "5" or 5; the response states the real '
+                                                           'length (24 fps, 17n+5 frames: "5.166667")')
+    size: Text | None = Field(None, examples=["224x128"], description='"WIDTHxHEIGHT": a canvas the model makes')
+    width: int | None = Field(None, description="with height: another way to send size")
+    height: int | None = None
+    num_frames: int | None = Field(None, description="a frame count the model makes (17n+5 at 24 fps)")
+    fps: int | None = Field(None, description="24, the model's rate, when sent")
+    n: int | None = Field(None, description="1: one clip per request")
     seed: int | None = None
     num_inference_steps: int | None = Field(None, description="N sigma points = N - 1 transformer forwards (2..101)")
+    task: Text = "t2va"
+    target: Target | None = Field(None, description="MiniMax-H3's SGLang extension: the canvas and length")
     tier: Text | None = Field(None, description="acceleration tier (GET /v1/tiers); default baseline")
     force: bool | None = Field(None, description="generate a tier refused for ghosting risk anyway")
-    model: Text | None = Field(None, description="accepted for OpenAI-client compatibility; one model is served")
+
+
+class VideoRemix(BaseModel):
+    """OpenAI's remix: the source video's settings and seed with a new prompt."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    prompt: Text
 
 
 class PairCreate(BaseModel):
@@ -222,8 +228,11 @@ def _utf8_safe(text: str | None) -> str | None:
 
 
 def _error(status: int, message: str, field: str | None, kind: str, headers: dict | None = None) -> JSONResponse:
+    """OpenAI's error shape, which its client parses ({message, type, param, code}), plus the studio's ``field``
+    (the same as param). ``code``: "invalid_value" for a refused field, else the error's type."""
     message, field = _utf8_safe(message), _utf8_safe(field)
-    body = {"error": {"message": message, "field": field, "type": kind, "param": field}}
+    code = "invalid_value" if kind == "invalid_request_error" and field else kind
+    body = {"error": {"message": message, "type": kind, "param": field, "code": code, "field": field}}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -301,43 +310,15 @@ def _field_from_loc(loc: tuple | list) -> str:
     return ".".join(parts) or "body"
 
 
-# ------------------------------------------------------------------------------------- SGLang mapping
+# ------------------------------------------------------------------------------- OpenAI / SGLang mapping
 
 
-def sglang_to_payload(body: dict[str, Any]) -> dict[str, Any]:
-    """An SGLang /v1/videos body → an engine payload; RequestError naming the SGLang field on refusal."""
-    for name, reason in REFUSED_FIELDS.items():
-        if name in body:
-            raise RequestError(name, f"is not accepted: {reason}")
-    target = body.get("target") or {}
-    for name, reason in REFUSED_FIELDS.items():
-        if name in target:
-            raise RequestError(f"target.{name}", f"is not accepted: {reason}")
-    task = body.get("task", "t2va")
-    if task not in SGLANG_TASKS_SERVED:
-        raise RequestError("task", f"a JSON body serves {', '.join(SGLANG_TASKS_SERVED)} only, got {task!r}: "
-                                   "fl2va and ref2va take their images as multipart/form-data (input_reference)")
-    for name, reason in SGLANG_UNSUPPORTED.items():
-        if body.get(name) is not None:
-            raise RequestError(name, f"is not supported: {reason}")
-    unknown = sorted(set(body) - set(SGLANG_FIELDS) - set(SGLANG_UNSUPPORTED))
-    if unknown:
-        raise RequestError(unknown[0], f"unknown field; allowed fields are {', '.join(SGLANG_FIELDS)}")
-    unknown = sorted(set(target) - set(TARGET_FIELDS))
-    if unknown:
-        raise RequestError(f"target.{unknown[0]}", f"unknown field; allowed: {', '.join(TARGET_FIELDS)}")
-    payload: dict[str, Any] = {"prompt": body["prompt"]}
-    payload.update({key: value for key, value in target.items() if value is not None})
-    for key in ("seed", "tier", "force"):
-        if body.get(key) is not None:
-            payload[key] = body[key]
-    steps = body.get("num_inference_steps")
-    if steps is not None:
-        if not MIN_SGLANG_STEPS <= steps <= MAX_SGLANG_STEPS:
-            raise RequestError("num_inference_steps",
-                               f"must be in {MIN_SGLANG_STEPS}..{MAX_SGLANG_STEPS} (N sigma points = N - 1 "
-                               f"transformer forwards), got {steps}")
-        payload["steps"] = steps - 1
+def create_payload(service: StudioService, body: dict[str, Any], default_tier: str | None) -> dict[str, Any]:
+    """A /v1/videos body → the engine payload, sized by the engine that will run its tier."""
+    tier = body.get("tier") or default_tier
+    payload = video_payload(body, service.model_canvas(tier))
+    if default_tier:
+        payload.setdefault("tier", default_tier)
     return payload
 
 
@@ -375,8 +356,10 @@ def _error_object(error: str | None) -> dict[str, str] | None:
 
 
 def video_object(view: VideoView) -> dict[str, Any]:
-    """A job in SGLang's /v1/videos response shape (plus the studio's tier, prompt and queue position)."""
-    size = f"{view.width}x{view.height}" if view.width and view.height else None
+    """A job in SGLang's /v1/videos response shape (plus the studio's tier, prompt and queue position). ``size`` and
+    ``seconds`` are the canvas and length the clip has (or will have), as strings like SGLang's; "" when unknown
+    (SGLang's own default)."""
+    size = f"{view.width}x{view.height}" if view.width and view.height else ""
     return {
         "id": view.id,
         "object": "video",
@@ -386,8 +369,9 @@ def video_object(view: VideoView) -> dict[str, Any]:
         "created_at": _unix(view.created_at),
         "completed_at": _unix(view.completed_at),
         "size": size,
-        "seconds": None if view.seconds is None else f"{view.seconds:.6f}",
+        "seconds": "" if view.seconds is None else f"{view.seconds:.6f}",
         "error": _error_object(view.error),
+        "remixed_from_video_id": view.request.get("remixed_from_video_id"),
         "inference_time_s": view.inference_time_s,
         "peak_memory_mb": view.peak_memory_mb,
         "tier": view.tier,
@@ -474,11 +458,9 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
     @router.post("/videos", tags=["videos"], summary="Queue a clip (SGLang-compatible); returns at once",
                  response_model=VideoObject)
     def create_video(body: VideoCreate, request: Request, user: str | None = Depends(current_user)) -> dict[str, Any]:
-        payload = sglang_to_payload(body.model_dump(exclude_unset=True))
-        if default_tier:
-            payload.setdefault("tier", default_tier)
+        payload = create_payload(service, body.model_dump(exclude_unset=True), default_tier)
         record = _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user,
-                                                        client=client_address(request)), SGLANG_RENAMES)
+                                                        client=client_address(request)), RENAMES)
         return video_object(service.get_video(record.id))
 
     @router.get("/videos", tags=["videos"], summary="List jobs", response_model=VideoList)
@@ -504,10 +486,22 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
         record = service.delete_video(video_id, _actor(accounts, user))
         return {"id": record.id, "object": "video.deleted", "deleted": True}
 
-    @router.get("/videos/{video_id}/content", tags=["videos"], summary="The MP4 (404 until completed)",
-                response_class=FileResponse)
-    def video_content(video_id: str) -> FileResponse:
+    @router.post("/videos/{video_id}/remix", tags=["videos"], response_model=VideoObject,
+                 summary="A new clip with this video's settings, seed and inputs and a new prompt (OpenAI's remix)")
+    def remix_video(video_id: str, body: VideoRemix, request: Request,
+                    user: str | None = Depends(current_user)) -> dict[str, Any]:
+        record = service.remix_video(video_id, body.prompt, submitted_by=user, client=client_address(request))
+        return video_object(service.get_video(record.id))
+
+    @router.get("/videos/{video_id}/content", tags=["videos"], response_class=Response,
+                summary="The MP4, or (variant=thumbnail|spritesheet) a WebP / JPEG of its frames; 404 until completed")
+    def video_content(video_id: str, variant: str | None = None) -> Response:
+        variant = check_variant(variant)
         try:
+            if variant != "video":
+                return Response(service.video_preview(video_id, variant), media_type=MEDIA_TYPES[variant],
+                                headers={"Content-Disposition":
+                                         f'inline; filename="{video_id}.{variant}.{EXTENSIONS[variant]}"'})
             path = service.video_content(video_id)
         except Conflict as error:  # SGLang answers 404 until the job is completed
             raise NotFound("video_id", error.message) from None

@@ -38,10 +38,12 @@ class VideoObject(_Body):
     progress: int = Field(description="0-100; denoising steps done")
     created_at: int | None = Field(description="Unix seconds")
     completed_at: int | None = None
-    size: str | None = Field(None, description='"WIDTHxHEIGHT" once known')
-    seconds: str | None = Field(None, description="clip length, as SGLang writes it")
+    size: str = Field("", description='"WIDTHxHEIGHT" of the canvas; "" when not known yet')
+    seconds: str = Field("", description='the clip\'s real length (frames / 24), e.g. "5.166667" for a 5 s request; '
+                                         '"" when not known yet')
     error: dict[str, str] | None = Field(None, description='{"code": "failed" | "cancelled", "message": ...} when '
                                                            'failed')
+    remixed_from_video_id: str | None = Field(None, description="POST /v1/videos/{id}/remix: the source video")
     inference_time_s: float | None = None
     peak_memory_mb: float | None = None
     tier: str

@@ -32,23 +32,24 @@ from starlette.routing import Match
 from engine.conditioning import MAX_IMAGE_BYTES, MAX_REFERENCES
 from engine.errors import RequestError
 from studio.api import (
-    SGLANG_RENAMES,
     PairCreate,
     VideoCreate,
     _current_user,
     _error,
     _renaming,
     client_address,
+    create_payload,
     pair_object,
-    sglang_to_payload,
     video_object,
 )
 from studio.service import StudioService
+from studio.video_request import RENAMES
 
 VIDEO_FILES = ("input_reference", "last_frame", "references")
 PAIR_FILES = ("first_frame", "input_reference", "last_frame", "references")
-INT_FIELDS = ("seed", "num_inference_steps", "steps", "baseline_steps")
-BOOL_FIELDS = ("force",)
+INT_FIELDS = ("seed", "num_inference_steps", "steps", "baseline_steps", "width", "height", "num_frames", "fps", "n",
+              "num_outputs_per_prompt")
+BOOL_FIELDS = ("force", "enhance_prompt")
 JSON_FIELDS = ("target",)
 MAX_FORM_FILES = MAX_REFERENCES + 2
 
@@ -107,8 +108,10 @@ async def read_form(request: Request, file_fields: tuple[str, ...]) -> tuple[dic
             if len(data) > MAX_IMAGE_BYTES:
                 raise UploadTooLarge(name, f"is over {MAX_IMAGE_BYTES // 2**20} MiB")
             files.setdefault(name, []).append(data)
-        elif name in file_fields:
-            raise RequestError(name, "must be an uploaded file (a multipart file part), not text")
+        elif name in file_fields or name.partition("[")[0] in file_fields:  # OpenAI's {"image_url": ...} form
+            raise RequestError(name.partition("[")[0], "must be an image uploaded as a file (a multipart file "
+                                                       "part), not text: this server reads no server paths and "
+                                                       "fetches no URLs")
         elif name in fields:
             raise RequestError(name, "is given twice")
         else:
@@ -194,16 +197,14 @@ def create_upload_router(service: StudioService, accounts: Any = None, default_t
         except UploadTooLarge as error:
             return _answer_too_large(error)
         task = fields.pop("task", None)
-        payload = sglang_to_payload(_validated(VideoCreate, fields))
+        payload = create_payload(service, _validated(VideoCreate, fields), default_tier)
         inputs, renames = video_inputs(task, files)
         payload.update(inputs)
-        if default_tier:
-            payload.setdefault("tier", default_tier)
 
         def submit():
             try:
                 return _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user,
-                                                              client=client_address(request)), SGLANG_RENAMES)
+                                                              client=client_address(request)), RENAMES)
             except RequestError as error:
                 raise RequestError(_renamed_field(error.field, renames), error.message) from None
 

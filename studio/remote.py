@@ -31,6 +31,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from engine.canvases import FPS, RELEASED, canvas_size, frame_count
 from engine.errors import GenerationCancelled, RequestError
 from engine.interface import RequestPlan
 from engine.media import probe_mp4
@@ -43,8 +44,9 @@ __all__ = ["RemoteError", "RemoteJob", "RemotePool", "RemoteSpec", "RemoteTier",
 
 REQUIRED_KEYS = ("name", "url", "tier")
 OPTIONAL_KEYS = ("description", "params", "api_key", "timeout_s", "steps", "extra_body")
-# Body fields the studio sets from the request itself; extra_body may not override them.
-STUDIO_BODY_FIELDS = ("prompt", "seed", "target", "num_inference_steps", "task")
+# Body fields the studio sets from the request itself (or that would contradict them); extra_body may not override.
+STUDIO_BODY_FIELDS = ("prompt", "seed", "seconds", "size", "width", "height", "num_frames", "fps", "n",
+                      "num_inference_steps", "task", "target")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DEFAULT_TIMEOUT_S = 1800.0  # a 15 s baseline clip takes ~7 min on 4 GPUs (h3-facts §7)
 HTTP_TIMEOUT_S = 30.0  # one HTTP call; the job's own deadline is timeout_s
@@ -312,17 +314,27 @@ class RemoteServer:
     # --------------------------------------------------------------------------------------- jobs
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
-        """The SGLang /v1/videos body: N sigma points = steps + 1 (h3-facts §5)."""
+        """The /v1/videos body in the standard fields (OpenAI's seconds and size, SGLang's seed and
+        num_inference_steps: N sigma points = steps + 1, h3-facts §5), with MiniMax-H3's SGLang extension beside
+        them: ``task`` (an H3 server requires it) and ``target``, which an H3 server sizes the clip by and any
+        other ignores. ``seconds`` is an integer in SGLang's schema: a fractional duration travels in ``target``
+        only. ``num_frames`` is not sent: an H3 server refuses it (it derives the frames from the duration); the
+        frames that come back are checked instead (``expected_shape``)."""
+        width, height, _ = expected_shape(request)
         body: dict[str, Any] = {
             **self.spec.extra_body,
             "prompt": request.prompt,
             "seed": request.seed,
-            "target": {"duration_seconds": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
-                       "short_edge": request.short_edge},
+            "size": f"{width}x{height}",
         }
+        if float(request.duration_seconds).is_integer():
+            body["seconds"] = int(request.duration_seconds)
         steps = request.steps or self.spec.steps
         if steps is not None:
             body["num_inference_steps"] = steps + 1
+        body["task"] = request.task
+        body["target"] = {"duration_seconds": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
+                          "short_edge": request.short_edge}
         return body
 
     def generate(self, request: GenerationRequest, tier_config: dict[str, Any],
@@ -360,9 +372,22 @@ class RemoteServer:
         fetch_started = time.monotonic()
         mp4 = self._content(video_id)
         probe = check_mp4(mp4, f"{self.label} returned content for video {video_id} that")
+        self._check_shape(request, video_id, probe, final)
         self.completed += 1
         return self._clip(request, tier_config, video_id, final, mp4, probe, time.time() - started,
                           time.monotonic() - fetch_started)
+
+    def _check_shape(self, request: GenerationRequest, video_id: str, probe: Any, final: dict[str, Any]) -> None:
+        """RemoteError naming this server when the clip is not the canvas and length asked for: a pair of clips of
+        different shapes cannot be compared frame by frame (a server that ignored size/seconds/target)."""
+        width, height, frames = expected_shape(request)
+        if (probe.width, probe.height, probe.frames) != (width, height, frames):
+            said = f" (it reported size {final.get('size')!r}, seconds {final.get('seconds')!r})" \
+                if final.get("size") or final.get("seconds") else ""
+            raise RemoteError(f"{self.label} returned video {video_id} at {probe.width}x{probe.height}, "
+                              f"{probe.frames} frames; the studio asked for {width}x{height}, {frames} frames "
+                              f"({request.duration_seconds:g} s at {FPS} fps){said}. Its clip cannot be compared "
+                              "with the other clip of its pair; check the server's model and flags")
 
     def _create(self, body: dict[str, Any], deadline: float, cancel: Callable[[], bool]) -> dict[str, Any]:
         """POST /v1/videos; a full (429) or loading (503) server is asked again until the deadline."""
@@ -474,6 +499,13 @@ class RemoteServer:
         self.http.close()
 
 
+def expected_shape(request: GenerationRequest) -> tuple[int, int, int]:
+    """(width, height, frames) of the clip MiniMax-H3 makes for this request (engine/canvases.py RELEASED: the
+    nano keeps the same canvas rules)."""
+    width, height = canvas_size(RELEASED, request.aspect_ratio, request.short_edge)
+    return width, height, frame_count(RELEASED, request.duration_seconds)
+
+
 def check_mp4(data: bytes, what: str = "the content") -> Any:
     """Probe an MP4 (H.264 video, at least one frame); RemoteError "<what> is not a valid MP4: why" otherwise."""
     if len(data) < 12 or data[4:8] != b"ftyp":
@@ -522,10 +554,11 @@ class RemoteTier:
 
     def plan(self, payload: dict[str, Any] | GenerationRequest) -> RequestPlan:
         """The common input rules with MiniMax-H3's limits (the server checks the rest and its refusal fails the
-        job with its message); the canvas is unknown until the MP4 is back. A request that names no short edge
-        gets the served model's default when the server reports one (a studio serving the nano: 128, not the
-        full model's 768); so does one without steps on a tier whose remotes name none (it is then sent and
-        recorded). RemoteUnavailable when no server of the tier is healthy."""
+        job with its message); the canvas and frames are MiniMax-H3's for the request, asked of the server and
+        checked in its MP4. A request that names no short edge gets the served model's default when the server
+        reports one (a studio serving the nano: 128, not the full model's 768); so does one without steps on a
+        tier whose remotes name none (it is then sent and recorded). RemoteUnavailable when no server of the tier
+        is healthy."""
         limits, default_steps = self.pool.model_defaults(self.tier)
         request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, limits)
         if request.task != "t2va":  # the inputs would not reach the server: refuse rather than drop them
@@ -535,8 +568,9 @@ class RemoteTier:
         if request.steps is None and self.pool.servers(self.tier)[0].spec.steps is None and default_steps:
             request = dataclasses.replace(request, steps=default_steps)  # sent and recorded, not left implicit
         model_name, model_id = self.pool.model_identity(self.tier)
-        return RequestPlan(request, self.pool.tier_config(self.tier, request.steps), None, None,
-                           request.duration_seconds, model_id, model_name, remote=True)
+        width, height, frames = expected_shape(request)  # asked of the server, and checked when the MP4 is back
+        return RequestPlan(request, self.pool.tier_config(self.tier, request.steps), width, height, frames / FPS,
+                           model_id, model_name, remote=True)
 
     def generate(self, job: RemoteJob, on_step: Callable | None = None,
                  cancel: Callable[[], bool] | None = None) -> RemoteResult:

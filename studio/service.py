@@ -32,6 +32,7 @@ from db import ApprovalRule, ClipRecord, PairRecord, Store, VerdictRecord, Video
 from db.errors import Conflict, NotFound, StoreError
 from db.inputs import InputFiles
 from db.records import DECISIONS, REASONS, TERMINAL_STATUSES
+from engine.canvases import RELEASED, ModelCanvas
 from engine.interface import ModelEngine, RequestPlan
 from engine.labels import model_label
 from engine.request import ASPECT_RATIOS, GenerationRequest, validate_duration
@@ -41,6 +42,7 @@ from studio.campaigns import CampaignRunner
 from studio.export import export_pairs
 from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
 from studio.pairs import BASELINE_TIER, QUALITY_UNAVAILABLE, PairFlow, plan_pair
+from studio.previews import preview
 from studio.public_text import hide_paths
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
 from studio.review import updated_rule
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 __all__ = ["PairView", "QUALITY_UNAVAILABLE", "QueueFull", "ServiceConfig", "ServiceUnavailable", "StudioService",
            "VideoView"]
 
+# What a remix keeps of its source video's request (OpenAI's remix: the same clip settings, a new prompt).
+REMIXED_SETTINGS = ("duration_seconds", "aspect_ratio", "short_edge", "seed", "steps", "tier", "force")
 DEFAULT_POD_RATE = 13.16  # USD per hour of the 4×H100 pod (h3-facts §7)
 
 
@@ -340,17 +344,49 @@ class StudioService:
             check_job_time(engine, planned.request, self.config.max_job_seconds)
         return planned
 
+    def model_canvas(self, tier: str | None) -> ModelCanvas:
+        """What the engine that would run ``tier`` makes (its canvas numbers and input limits), for requests that
+        ask by size and frames. A tier of --remotes servers: MiniMax-H3's canvas rules with the limits its servers
+        report (ServiceUnavailable when none is healthy)."""
+        if self.remotes is not None and self.remotes.serves(tier):
+            try:
+                return ModelCanvas(RELEASED, self.remotes.model_defaults(tier)[0])
+            except RemoteUnavailable as error:
+                raise ServiceUnavailable(str(error)) from None
+        engine = self.engine
+        return ModelCanvas(engine.geometry, engine.limits)
+
     def submit_video(self, payload: dict[str, Any], source: str = "api", submitted_by: str | None = None,
-                     client: str | None = None) -> VideoRecord:
+                     client: str | None = None, **recorded: Any) -> VideoRecord:
         """Validate and queue one clip; returns the queued record at once (QueueFull if the backlog is full,
-        UserShareFull if the submitter - ``submitted_by``, else the ``client`` address - has their share queued)."""
+        UserShareFull if the submitter - ``submitted_by``, else the ``client`` address - has their share queued).
+        ``recorded``: more keys for the stored request (a remix's source)."""
         planned = self.plan(payload)
         self.keep_inputs(planned.request)
         with self._reserve([planned], queue_owner(submitted_by, client)) as enqueue:
-            record = self.store.create_video(_video_request(planned, source=source, submitted_by=submitted_by),
+            record = self.store.create_video(_video_request(planned, source=source, submitted_by=submitted_by,
+                                                            **recorded),
                                              planned.request.tier, planned.model_name)
             enqueue(planned, record.id)
         return record
+
+    def remix_video(self, video_id: str, prompt: str, submitted_by: str | None = None,
+                    client: str | None = None) -> VideoRecord:
+        """OpenAI's remix: a new clip with the settings, seed, tier and input images of ``video_id`` and a new
+        prompt; its record names the source (``remixed_from_video_id``). NotFound naming video_id."""
+        source = self.store.get_video(video_id).request
+        payload = {key: source[key] for key in REMIXED_SETTINGS if source.get(key) is not None}
+        for name, described in (source.get("inputs") or {}).items():  # fl2va keyframes, ref2va references
+            images = [self.input_path(image["sha256"]).read_bytes()
+                      for image in (described if isinstance(described, list) else [described])]
+            payload[name] = images if isinstance(described, list) else images[0]
+        return self.submit_video({**payload, "prompt": prompt}, source="api", submitted_by=submitted_by,
+                                 client=client, remixed_from_video_id=video_id)
+
+    def video_preview(self, video_id: str, variant: str) -> bytes:
+        """A completed job's thumbnail or spritesheet image (studio/previews.py); Conflict until completed."""
+        path = self.video_content(video_id)
+        return preview(path, self.store.get_video(video_id).clip_sha, variant)
 
     def keep_inputs(self, request: GenerationRequest) -> None:
         """Store a request's keyframes/references content-addressed (db/inputs.py) before any record names them."""

@@ -37,6 +37,7 @@ from studio.remote import RemoteError, RemoteJob, RemotePool, RemotesFileError, 
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui.generate import tier_card_html
 from tests.nano_inputs import KITE
+from tests.sglang_protocol import valid_request
 from tests.waiting import finished_pair, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,8 +88,23 @@ extra_body = { flow_shift = 5.0 }
     assert (turbo.steps, turbo.timeout_s, turbo.extra_body) == (9, 600.0, {"flow_shift": 5.0})
     request = validate_request({"prompt": "p", "seed": 5, **TARGET})
     body = RemotePool(specs).servers("turbo")[0].body(request)
-    assert body == {"flow_shift": 5.0, "prompt": "p", "seed": 5, "num_inference_steps": 10,
+    assert body == {"flow_shift": 5.0, "prompt": "p", "seed": 5, "size": "64x32", "seconds": 5,
+                    "num_inference_steps": 10, "task": "t2va",
                     "target": {"duration_seconds": 5.0, "aspect_ratio": "16:9", "short_edge": 32}}
+    valid_request(body)  # SGLang 0.5.23's own request model takes it (H3's task and target as its extras)
+
+
+def test_the_body_speaks_the_standard_fields_and_sglang_takes_it():
+    """seconds and size carry the clip to any SGLang server; target (H3's extension) carries what seconds cannot:
+    SGLang's seconds is an integer, so a 7.5 s clip travels in target only."""
+    server = RemotePool(parse_remotes({"remote": [{"name": "a", "url": "http://x", "tier": "t"}]})).servers("t")[0]
+    for asked, size, seconds in (({"duration_seconds": 7.5, "aspect_ratio": "9:16", "short_edge": 128}, "128x224",
+                                  None),
+                                 ({"duration_seconds": 15, "short_edge": 768}, "1344x768", 15)):
+        body = server.body(validate_request({"prompt": "p", **asked}))
+        parsed = valid_request(body)
+        assert (parsed.size, body.get("seconds"), parsed.model_extra["task"]) == (size, seconds, "t2va")
+        assert body["target"]["duration_seconds"] == asked["duration_seconds"]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -145,10 +161,11 @@ def test_app_wires_remotes_into_rest(tmp_path):
 # ------------------------------------------------------------------------------- the scripted server
 
 
-def tiny_mp4(level: int = 200) -> bytes:
-    frames = np.zeros((3, 32, 64, 3), np.uint8)
-    frames[:, :, :32] = level
-    return encode_mp4(frames, 24)
+def tiny_mp4(level: int = 200, frames: int = 124) -> bytes:
+    """A 64x32 clip of 124 frames: what TARGET asks for (5 s at 16:9, short edge 32)."""
+    video = np.zeros((frames, 32, 64, 3), np.uint8)
+    video[:, :, :32] = level
+    return encode_mp4(video, 24)
 
 
 class ScriptedServer:
@@ -286,8 +303,9 @@ def test_client_speaks_the_protocol_and_records_both_times(scripted):
     sidecar = clip.sidecar()
     assert clip.inference_time_s == 2.5 and sidecar["inference_time_source"] == "server"
     assert sidecar["client_time_s"] > 0 and sidecar["remote"]["video_id"] == "vid_1"
-    assert (sidecar["width"], sidecar["height"], sidecar["frames"]) == (64, 32, 3)
+    assert (sidecar["width"], sidecar["height"], sidecar["frames"]) == (64, 32, 124)
     assert clip.mp4 == server.script["content"]
+    valid_request(post_body)
 
 
 @pytest.mark.parametrize("script, message", [
@@ -297,6 +315,10 @@ def test_client_speaks_the_protocol_and_records_both_times(scripted):
      r"refused the request \(400\): target.duration_seconds: must be in 5..15"),
     ({"content": b"<html>502 Bad Gateway</html>"}, "returned content for video vid_1 that is not a valid MP4"),
     ({"content": b"\x00\x00\x00\x18ftypisom" + b"\x00" * 64}, "is not a valid MP4: "),
+    # A server that ignored the size and length asked for (a stock server at its default canvas).
+    ({"content": tiny_mp4(frames=17), "final": {"status": "completed", "size": "64x32", "seconds": "0.7"}},
+     r"remote 'stub' \(http://127.0.0.1:\d+\) returned video vid_1 at 64x32, 17 frames; the studio asked for "
+     r"64x32, 124 frames \(5 s at 24 fps\) \(it reported size '64x32', seconds '0.7'\)"),
     ({"polls_before_final": 10**9, "spec": {"timeout_s": 0.5}}, "did not finish video vid_1 within its timeout"),
 ])
 def test_failures_end_the_job_with_a_message_naming_the_server(scripted, script, message):
