@@ -116,7 +116,7 @@ def test_click_detector_ignores_harmonics_sweeping_into_the_click_band():
     from train.audio_probe import bouncing_specs
     from train.verify_nano import click_times
 
-    still = [s for s in sample_specs(3, 40, "train") if s.motion != "bouncing"][:20]
+    still = [s for s in sample_specs(3, 40, "runs1to10_train") if s.motion != "bouncing"][:20]
     assert any(s.shape != "circle" and s.motion == "up" for s in still)
     assert sum(len(click_times(audio, SAMPLE_RATE)) for audio in render_audio(still).numpy()) == 0
     bouncing = bouncing_specs(8)

@@ -4,7 +4,8 @@ Everything here is a pure function of a seed, so the GPU trainer and the CPU ver
 
 - `ClipSpec`: one clip's content (colour, shape, motion, background) and its nuisance parameters (size, start and
   end positions, bounce period). `sample_specs(seed, n, split)` draws them deterministically; some
-  (colour, shape, motion) combinations are held out of training (`HELD_OUT`) for the compositional check.
+  (colour, shape, motion) combinations and (colour, motion), (shape, motion), (shape, background) pairs are held out
+  of training (train/heldout.toml: `HELD_OUT`, `HELD_OUT_PAIRS`) for the compositional checks.
 - `caption(...)`: varied English phrasing, an enumerable function of the content and a template index, so every
   caption the trainer can use is known in advance and its text embedding can be precomputed on CPU.
 - `render_video(specs, ...)`: anti-aliased frames, float (B, T, H, W, 3) in [0, 1], batched in torch on any device.
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import tomllib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -57,20 +60,45 @@ TEXTURE_CELL = 32
 # one token and decoded as a blob whose colour the VAE mixed with the background.
 RADIUS_RANGE = (20.0, 24.0)
 
-# (colour, shape, motion) triples never shown in training, with every background. Each colour, shape and motion
-# still appears in training with other partners, so naming one of these asks the model to compose.
-HELD_OUT = (
-    ("red", "triangle", "up"),
-    ("green", "circle", "right to left"),
-    ("blue", "square", "bouncing"),
-    ("yellow", "circle", "down"),
-    ("white", "triangle", "left to right"),
-    ("purple", "square", "up"),
-    ("red", "square", "right to left"),
-    ("green", "triangle", "down"),
-    ("blue", "circle", "left to right"),
-    ("purple", "circle", "bouncing"),
-)
+# What training never shows is declared as data in train/heldout.toml (the evaluation sets in assets/eval/ are built
+# on it): (colour, shape, motion) triples, and from run 11 on unseen pairs of each kind below. Each colour, shape,
+# motion and background still appears in training with other partners, so naming a held-out one asks the model to
+# compose.
+HELD_OUT_FILE = Path(__file__).with_name("heldout.toml")
+PAIR_KINDS = {"colour_motion": (0, 2), "shape_motion": (1, 2), "shape_background": (1, 3)}  # positions in a tuple
+
+
+@dataclass(frozen=True)
+class HeldOutPair:
+    kind: str  # a PAIR_KINDS key
+    values: tuple[str, str]
+    set: str  # "dev": may choose between runs; "test": scored once per shipped model, never to choose
+
+    def holds(self, content: tuple[str, ...]) -> bool:
+        """Whether a (colour, shape, motion[, background]) tuple contains this pair."""
+        first, second = PAIR_KINDS[self.kind]
+        return second < len(content) and (content[first], content[second]) == self.values
+
+
+def _load_held_out() -> tuple[tuple[tuple[str, str, str], ...], tuple[HeldOutPair, ...]]:
+    data = tomllib.loads(HELD_OUT_FILE.read_text())
+    vocabulary = (COLOURS, SHAPES, MOTIONS, BACKGROUNDS)
+    triples = tuple(tuple(t) for t in data["triples"])
+    for triple in triples:
+        if len(triple) != 3 or any(v not in vocab for v, vocab in zip(triple, vocabulary)):
+            raise ValueError(f"{HELD_OUT_FILE.name}: triples: {triple!r} is not (colour, shape, motion)")
+    pairs = []
+    for entry in data.get("pairs", []):
+        kind, values, which = entry.get("kind"), tuple(entry.get("values", ())), entry.get("set")
+        if kind not in PAIR_KINDS or len(values) != 2 or which not in ("dev", "test") or any(
+                v not in vocabulary[i] for v, i in zip(values, PAIR_KINDS[kind])):
+            raise ValueError(f"{HELD_OUT_FILE.name}: pairs: {entry!r} needs kind in {sorted(PAIR_KINDS)}, two "
+                             "values of that kind's vocabularies and set = dev or test")
+        pairs.append(HeldOutPair(kind, values, which))
+    return triples, tuple(pairs)
+
+
+HELD_OUT, HELD_OUT_PAIRS = _load_held_out()
 
 MOTION_PHRASES = {
     "left to right": ("moves from left to right", "slides left to right", "travels from the left to the right"),
@@ -147,15 +175,26 @@ def is_held_out(colour: str, shape: str, motion: str) -> bool:
     return (colour, shape, motion) in HELD_OUT
 
 
+def held_out_pair(content: tuple[str, ...]) -> HeldOutPair | None:
+    """The first held-out pair a content tuple holds, or None."""
+    return next((pair for pair in HELD_OUT_PAIRS if pair.holds(content)), None)
+
+
 def content_tuples(split: str) -> list[tuple[str, str, str, str]]:
-    """(colour, shape, motion, background) tuples of a split: "train" excludes HELD_OUT, "heldout" is only those."""
-    tuples = itertools.product(COLOURS, SHAPES, MOTIONS, BACKGROUNDS)
+    """(colour, shape, motion, background) tuples of a split: "train" excludes HELD_OUT and every held-out pair,
+    "heldout" is only the HELD_OUT triples, "unseen_pairs" the tuples that hold a held-out pair (and no HELD_OUT
+    triple), "runs1to10_train" what runs 1-10 trained on (all but HELD_OUT: the pairs were not yet held out)."""
+    tuples = list(itertools.product(COLOURS, SHAPES, MOTIONS, BACKGROUNDS))
     if split == "train":
-        return [t for t in tuples if not is_held_out(*t[:3])]
+        return [t for t in tuples if not is_held_out(*t[:3]) and held_out_pair(t) is None]
     if split == "heldout":
         return [t for t in tuples if is_held_out(*t[:3])]
+    if split == "unseen_pairs":
+        return [t for t in tuples if not is_held_out(*t[:3]) and held_out_pair(t) is not None]
+    if split == "runs1to10_train":
+        return [t for t in tuples if not is_held_out(*t[:3])]
     if split == "all":
-        return list(tuples)
+        return tuples
     raise ValueError(f"unknown split {split!r}")
 
 

@@ -2,8 +2,9 @@
 
 - `track(frames)`: a simple tracker. The background is the per-pixel temporal median (the shape moves, so it is
   absent from most frames at any pixel); the shape is where a frame departs from it. Returns the shape's colour
-  (nearest vocabulary colour), its kind (circle, square or triangle, by how much of its bounding box it fills), its
-  centre per frame and the motion it follows.
+  (nearest vocabulary colour), its kind (circle, square, triangle or "unknown": train.shape_classifier, which fits
+  each shape's own enclosing figure; the fill-ratio reading of runs 1-10 is kept beside it), its centre per frame
+  and the motion it follows.
 - `ssim(a, b)`: mean structural similarity of two clips (Gaussian window 11, sigma 1.5, per RGB channel, averaged
   over channels and frames), the usual Wang et al. definition on [0, 1] values.
 """
@@ -11,13 +12,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from train.dataset import BACKGROUNDS, COLOURS
+from train.shape_classifier import ShapeReading, read_shape
 
 DIFF_THRESHOLD = 0.25  # summed |RGB - background| above which a pixel belongs to the shape
 MIN_PIXELS = 12
@@ -37,10 +39,15 @@ class Track:
     net_dx: float
     net_dy: float
     reversals: int
+    shape_reading: ShapeReading | None = None  # the classifier's evidence (fits, confidence, why unknown)
+    fill_ratio_shape: str | None = None  # the nearest fill ratio (runs 1-10's classifier), for comparison
+    masks: list = field(default_factory=list, repr=False)  # per frame: the subject's bool mask, or None
 
     def to_dict(self) -> dict:
         return {"colour": self.colour, "motion": self.motion, "shape": self.shape, "found": round(self.found, 3),
-                "net_dx": round(self.net_dx, 1), "net_dy": round(self.net_dy, 1), "reversals": self.reversals}
+                "net_dx": round(self.net_dx, 1), "net_dy": round(self.net_dy, 1), "reversals": self.reversals,
+                "shape_reading": self.shape_reading.to_dict() if self.shape_reading else None,
+                "fill_ratio_shape": self.fill_ratio_shape}
 
 
 def _reversals(ys: np.ndarray, amplitude: float) -> int:
@@ -100,8 +107,8 @@ def nearest_background(frames: np.ndarray) -> str:
 
 
 # Area of each shape over the area of its bounding box: a circle fills pi/4 of it, a square all of it and an
-# upward equilateral triangle half of it. A blurred or soft-edged decode lowers every ratio a little, so the class is
-# the nearest of these after the same threshold the tracker uses.
+# upward equilateral triangle half of it. Runs 1-10's classifier: the nearest of these. It reads soft squares and
+# flared triangles as circles (train/shape_classifier.py, which `track` now uses); kept to compare with.
 FILL_RATIOS = {"circle": math.pi / 4, "square": 1.0, "triangle": 0.5}
 
 
@@ -156,8 +163,9 @@ def track(frames: np.ndarray) -> Track:
         if mask is not None:
             ys[i], xs[i] = (c.mean() + 0.5 for c in np.nonzero(mask))
     motion, dx, dy, reversals = classify_motion(xs, ys)
-    shape = classify_shape([m for m in masks if m is not None])
-    return Track(nearest_colour(rgb), motion, shape, xs, ys, float((~np.isnan(xs)).mean()), dx, dy, reversals)
+    reading = read_shape(masks)
+    return Track(nearest_colour(rgb), motion, reading.label, xs, ys, float((~np.isnan(xs)).mean()), dx, dy, reversals,
+                 reading, classify_shape([m for m in masks if m is not None]), masks)
 
 
 def background_palette(background: np.ndarray) -> np.ndarray:
