@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from train.eval_sets import Item
+from train.eval_sets import Item, keyframe_for
 from train.metrics import nearest_background, ssim, track
 from train.shape_classifier import SHAPE_NAMES, UNKNOWN, confusion
 
@@ -119,8 +119,6 @@ def score(items: list[Item], cache: Path, strips: Path | None = None, eye_labels
         if strips is not None:
             first = None
             if item.group == "fl2va":
-                from train.evaluate import keyframe_for
-
                 first = keyframe_for(item)[0]
             save_strip(strips / f"{item.id}.jpg", clip, first)
     base = rows["baseline"]

@@ -94,6 +94,21 @@ class Item:
         return "\n".join(lines)
 
 
+def keyframe_for(item: Item) -> tuple[np.ndarray, object]:
+    """(uint8 (H, W, 3) keyframe, its ClipSpec): an fl2va item's subject at `keyframe_xy` on its background."""
+    import dataclasses
+
+    import torch
+
+    from train.dataset import make_spec, render_video
+
+    spec = make_spec(item.content, item.seed, item.template)
+    x, y = item.keyframe_xy
+    spec = dataclasses.replace(spec, x0=x, y0=y, phase=0.0, radius=item.keyframe_radius)  # phase 0: a bounce at y0
+    frame = render_video([spec], torch.tensor([0]))[0, 0]
+    return (frame * 255).round().to(torch.uint8).numpy(), spec
+
+
 def load(name: str, path: Path | None = None) -> list[Item]:
     """The items of set `name` ("dev" or "test") as declared in its file."""
     if name not in SET_FILES:
@@ -205,10 +220,53 @@ def write(name: str) -> Path:
     return path
 
 
+def run10_exposure() -> dict:
+    """How many of run 10's training clips held each pair held out from run 11 on: its last transformer call
+    (stage 21) encoded the task table (train.tasks.plan_samples(1200, 400)) and then sample_specs(SEED + 5, 1600)
+    (train/latents.py), both drawn from the split of its day, "runs1to10_train"."""
+    from unittest import mock
+
+    from train import configs, dataset, tasks
+
+    def legacy(split: str):
+        return dataset.content_tuples("runs1to10_train" if split == "train" else split)
+
+    with mock.patch.object(tasks, "sample_specs", lambda seed, n, split="train": _legacy_specs(seed, n, legacy(split))):
+        task = [s["spec"] for s in tasks.plan_samples(1200, 400)]
+    t2va = dataset.sample_specs(configs.SEED + 5, 1600, "runs1to10_train")
+    rows = {}
+    for pair in HELD_OUT_PAIRS:
+        def holding(specs, pair=pair):
+            return sum(pair.holds((s.colour, s.shape, s.motion, s.background)) for s in specs)
+        rows[f"{_pair_label(pair)} ({pair.set})"] = {
+            "t2va_clips": holding(t2va), "task_clips": holding(task),
+            "training_tuples": sum(pair.holds(t) for t in content_tuples("runs1to10_train"))}
+    return {"what": " ".join(run10_exposure.__doc__.split()), "clips": len(task) + len(t2va), "pairs": rows,
+            "command": "python -m train.eval_sets --exposure"}
+
+
+def _legacy_specs(seed: int, count: int, tuples: list) -> list:
+    """sample_specs over an explicit tuple list (what sample_specs did on runs 1-10's split)."""
+    from train.dataset import make_spec
+
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(tuples))
+    seeds = rng.integers(0, 2**31 - 1, size=count)
+    return [make_spec(tuples[order[i % len(tuples)]], int(seeds[i])) for i in range(count)]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write assets/eval/nano_{dev,test}.toml")
+    parser.add_argument("--exposure", action="store_true",
+                        help="write assets/training/eval/run10_pair_exposure.json (run 10's clips per held-out pair)")
     args = parser.parse_args(argv)
+    if args.exposure:
+        import json
+
+        path = ROOT / "assets" / "training" / "eval" / "run10_pair_exposure.json"
+        path.write_text(json.dumps(run10_exposure(), indent=1) + "\n")
+        print(f"wrote {path}")
     for name in SET_FILES:
         items = build(name)
         if args.write:

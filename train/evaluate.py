@@ -20,7 +20,6 @@ once: a second `--set test` on the same model id stops before generating anythin
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import sys
@@ -30,23 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from train.eval_sets import Item, load
+from train.eval_sets import Item, keyframe_for, load
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "assets" / "training" / "eval"
-
-
-def keyframe_for(item: Item) -> tuple[np.ndarray, object]:
-    """(uint8 (H, W, 3) keyframe, its ClipSpec): the item's subject at `keyframe_xy` on its background."""
-    import torch
-
-    from train.dataset import make_spec, render_video
-
-    spec = make_spec(item.content, item.seed, item.template)
-    x, y = item.keyframe_xy
-    spec = dataclasses.replace(spec, x0=x, y0=y, phase=0.0, radius=item.keyframe_radius)  # phase 0: a bounce at y0
-    frame = render_video([spec], torch.tensor([0]))[0, 0]
-    return (frame * 255).round().to(torch.uint8).numpy(), spec
 
 
 def payload_for(item: Item, turbo_tier: str) -> dict:
