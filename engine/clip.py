@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,7 @@ class Clip:
     stage_peak_memory_mb: dict = field(default_factory=dict)  # CUDA: stage -> its own peak (MiB), as `timings`
     task: str = "t2va"  # t2va, fl2va (keyframes) or ref2va (reference images)
     inputs: dict = field(default_factory=dict)  # the conditioning inputs by field, described (sha256, size)
+    trajectory: Any = None  # engine.trajectory.Trajectory when the request asked for it (not in the sidecar)
 
     @property
     def num_frames(self) -> int:

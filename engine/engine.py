@@ -54,6 +54,7 @@ from engine.tasks import (
     transformer_for,
 )
 from engine.tiers import TierPlan, TierTable
+from engine.trajectory import TrajectoryRecorder
 
 if TYPE_CHECKING:
     from engine.distributed import ParallelContext
@@ -134,6 +135,7 @@ class _Denoised:
     step_records: list[dict]
     reports: dict[str, dict]  # technique name -> its report (the clip's `lora` is the LoRA's)
     compiles: dict
+    recorder: TrajectoryRecorder | None = None
 
 
 class Engine(ModelFacts):
@@ -211,12 +213,14 @@ class Engine(ModelFacts):
                                 text_tokens)
 
     def generate(self, payload: dict | GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
-                 cancel: Callable[[], bool] | None = None) -> Clip:
+                 cancel: Callable[[], bool] | None = None, trajectory: bool = False) -> Clip:
+        """`trajectory`: also record the denoising trajectory (engine/trajectory.py) as the clip's `trajectory`;
+        it reads the loop and changes no pixel of the clip."""
         timer = _Timer(cancel if self.parallel is None else None)
         with timer.stage("validate"):
             request = self.validate(payload)
         with self._lock:
-            return self._generate(request, timer, on_step, cancel)
+            return self._generate(request, timer, on_step, cancel, trajectory)
 
     def latents(self, payload: dict | GenerationRequest, cancel: Callable[[], bool] | None = None,
                 join_decode: bool = False) -> dict:
@@ -225,13 +229,13 @@ class Engine(ModelFacts):
         `generate` (every rank of the group must be in the decode, or the others wait on it)."""
         request = self.validate(payload)
         with self._lock:
-            result = self._denoise(request, _Timer(cancel if self.parallel is None else None), None, cancel)
+            result = self._denoise(request, _Timer(cancel if self.parallel is None else None), None, cancel, False)
             if join_decode:
                 decode_video(self.components, result.canvas, result.video_rows, self.parallel)
         return {"video_rows": result.video_rows, "audio_rows": result.audio_rows, "steps": result.step_records,
                 "tokens": result.layout.length, "padded_tokens": result.layout.padded_length}
 
-    def _denoise(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> _Denoised:
+    def _denoise(self, request: GenerationRequest, timer: _Timer, on_step, cancel, record: bool) -> _Denoised:
         components = self.components
         plan = tier_plan(self.tiers, request, self.num_blocks, components.geometry.sparse_tile)  # as `plan()` reports
         tier = plan.tier
@@ -263,20 +267,21 @@ class Engine(ModelFacts):
             layout = self.parallel.begin_request(layout)
         with timer.stage("prepare_noise"):
             video_rows, audio_rows = prepare_noise(components, canvas, request.seed, conditions)
+        recorder = TrajectoryRecorder(canvas, components.geometry) if record else None
         with timer.stage("denoise"), self._installed(plan, canvas, layout, transformer) as control:
             video_rows, audio_rows, step_records = denoise(
                 components, layout, prompt_embeds, video_rows, audio_rows, plan.steps, control, on_step, cancel,
-                transformer=transformer,
+                transformer=transformer, observe=recorder.observe if recorder else None,
             )
         # Only the generated rows go on: the conditioning rows were never stepped.
         video_rows = video_rows[layout.num_condition_video_rows:]
         return _Denoised(plan, canvas, layout, video_rows, audio_rows, step_records, control.reports(),
-                         self._compile_report(control.runtime))
+                         self._compile_report(control.runtime), recorder)
 
-    def _generate(self, request: GenerationRequest, timer: _Timer, on_step, cancel) -> Clip:
+    def _generate(self, request: GenerationRequest, timer: _Timer, on_step, cancel, record: bool = False) -> Clip:
         components = self.components
         timer.track_memory(components.device)
-        result = self._denoise(request, timer, on_step, cancel)
+        result = self._denoise(request, timer, on_step, cancel, record)
         canvas, layout = result.canvas, result.layout
         with timer.stage("decode_video"):
             frames = frames_to_uint8(decode_video(components, canvas, result.video_rows, self.parallel))
@@ -297,6 +302,9 @@ class Engine(ModelFacts):
             aspect_ratio=request.aspect_ratio, short_edge=request.short_edge, timings=timer.timings,
             steps=result.step_records, lora=lora_report, compiles=result.compiles, untrained=untrained,
             task=request.task, inputs=request.inputs(),
+            trajectory=(result.recorder.finish(result.step_records, frames,
+                                               [t.name for t in registry.active(result.plan.tier)])
+                        if result.recorder else None),
             peak_memory_mb=timer.peak_mb, stage_peak_memory_mb=dict(timer.peaks_mb),
         )
 

@@ -135,6 +135,7 @@ def denoise(
     on_step: Callable[[StepEvent], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     transformer: torch.nn.Module | None = None,
+    observe: Callable[[int, float, torch.Tensor, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list[dict]]:
     """Euler flow matching over both schedules: `steps` transformer forwards (schedulers get steps + 1 points).
 
@@ -142,6 +143,8 @@ def denoise(
     never stepped; `transformer` is the task's partition (default `components.transformer`).
     Rows beyond `layout.length` (bucket padding) get tag video, timestep index 0 and position 0; the attention
     processor masks them as keys so they change nothing. Returns the denoised rows and the per-step records.
+    `observe(index, t, rows, velocity)` (engine/trajectory.py's recorder) sees each step's generated rows and their
+    prediction before the step; it must not write them.
     """
     control = control or NoControl()
     device = components.device
@@ -182,6 +185,8 @@ def denoise(
             **layout_kwargs,
         )
         info = control.end_step(index)
+        if observe is not None:
+            observe(index, float(t), video_rows[conditioned:], noise_pred[0, conditioned:])
         video_rows[conditioned:] = scheduler.step(noise_pred[0, conditioned:].float(), t, video_rows[conditioned:],
                                                   return_dict=False)[0]
         audio_rows = audio_scheduler.step(audio_noise_pred[0].float(), audio_t, audio_rows, return_dict=False)[0]

@@ -188,6 +188,14 @@ def _box_ssim(a: np.ndarray, b: np.ndarray) -> float:
     return float(value.mean())
 
 
+def subject_mask(frame: np.ndarray, factor: int, params: SubjectParams | None = None) -> np.ndarray:
+    """bool (h, w) on the analysis grid: the subject of one baseline frame (all False when it has none)."""
+    params = params or SubjectParams()
+    lab = to_lab(frame, factor, params.blur_sigma)
+    h, w = lab.shape[:2]
+    return _pieces(standout(lab, params), params.min_area * h * w)[1]
+
+
 def track_subject(base_frames: np.ndarray, cand_frames: np.ndarray, factor: int,
                   params: SubjectParams | None = None) -> SubjectTrack:
     """Measure the candidate at the baseline's subject, frame by frame. Frames are uint8 (T, H, W, 3), equal sizes."""

@@ -1,0 +1,161 @@
+"""The denoising trajectory of one request, recorded on request (off by default): per step, the predicted clean
+sample x0 kept small, and what the step did (the techniques' per-step records).
+
+Why x0: MiniMax-H3's scheduler steps by blending x_t with its estimate x0 = x_t + sigma * v (sigma = 1 - t), so x0
+is the picture the model is aiming at at that step; two runs of the same seed that part show it in x0 first.
+
+What is kept, per step (float16): x0 average-pooled over space to a grid of at most `max_cells` cells per latent
+frame (every latent frame, every latent channel: the "latent statistics" a divergence is computed from). Bound:
+steps x channels x latent frames x cells x 2 bytes; `bytes_bound` states it before the run (the nano's 64x32 clip:
+16 channels x 37 latent frames x 8 cells x 2 B = 9.5 KB a step; a full 5 s 768p clip: 16 x 31 x 256 x 2 B = 254 KB
+a step, 12.7 MB for 50 steps). Nothing else is held: the recorder reads the loop's tensors and never writes them,
+so a clip is the same pixels with and without recording (tests/test_trajectory.py holds this).
+
+The preview: a linear latent-to-RGB map (16 channels + bias -> RGB) fitted by least squares on the run's final x0
+against its decoded frames pooled to the same grid, applied to every step's pooled x0. Its fidelity against the VAE
+decode of the same x0 is measured in bench/trajectory_fidelity.py (BENCHMARKS.md); the final step is in-sample.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MAX_CELLS = 256  # pooled cells per latent frame (a 16x16 grid on a square canvas)
+
+
+def pooled_grid(latent_height: int, latent_width: int, max_cells: int = MAX_CELLS) -> tuple[int, int]:
+    """The (rows, columns) x0 is pooled to: the latent grid divided by the smallest whole factor that keeps at most
+    `max_cells` cells, so each cell is a whole square of latent pixels where the sizes allow."""
+    factor = 1
+    while -(-latent_height // factor) * -(-latent_width // factor) > max_cells:
+        factor += 1
+    return -(-latent_height // factor), -(-latent_width // factor)
+
+
+def unpatchify(rows: torch.Tensor, frames: int, height: int, width: int, channels: int,
+               patch: tuple[int, int, int]) -> torch.Tensor:
+    """Video rows (N, C*pt*ph*pw) -> latent (C, F, h, w), as engine.stages.decode_video lays them out."""
+    pt, ph, pw = patch
+    grid = rows.reshape(frames // pt, height // ph, width // pw, channels, pt, ph, pw)
+    return grid.permute(3, 0, 4, 1, 5, 2, 6).reshape(channels, frames, height, width)
+
+
+@dataclass
+class Trajectory:
+    """A recorded run. `x0`: float16 (steps, C, F, gh, gw); `t`: the timestep of each step; `records`: each step's
+    technique record (the clip's `steps`, without timings); `techniques`: the techniques the tier installed (each
+    step's record says what the step-dependent ones did: sparse or dense, cache hit); `rgb_map`: float32 (C + 1, 3),
+    the fitted preview map (None until `finish`); `fit`: its in-sample error."""
+
+    x0: np.ndarray
+    t: list[float]
+    records: list[dict]
+    techniques: list[str] = field(default_factory=list)
+    rgb_map: np.ndarray | None = None
+    fit: dict = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return int(self.x0.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.x0.nbytes)
+
+    def previews(self, rgb_map: np.ndarray | None = None) -> np.ndarray:
+        """uint8 (steps, F, gh, gw, 3): every step's x0 through a latent-to-RGB map (default: this run's own)."""
+        rgb_map = self.rgb_map if rgb_map is None else rgb_map
+        if rgb_map is None:
+            raise ValueError("the trajectory has no preview map: call finish() with the clip's frames")
+        return to_rgb(self.x0, rgb_map)
+
+    def to_npz(self) -> bytes:
+        """The stored form (np.savez_compressed): arrays plus the per-step records as JSON."""
+        import json
+
+        buffer = io.BytesIO()
+        meta = {"t": self.t, "records": self.records, "techniques": self.techniques, "fit": self.fit}
+        arrays = {"x0": self.x0, "meta": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
+        if self.rgb_map is not None:
+            arrays["rgb_map"] = self.rgb_map
+        np.savez_compressed(buffer, **arrays)
+        return buffer.getvalue()
+
+    @classmethod
+    def from_npz(cls, data: bytes) -> Trajectory:
+        import json
+
+        with np.load(io.BytesIO(data)) as arrays:
+            meta = json.loads(arrays["meta"].tobytes().decode())
+            return cls(x0=arrays["x0"], t=meta["t"], records=meta["records"], techniques=meta["techniques"],
+                       rgb_map=arrays["rgb_map"] if "rgb_map" in arrays else None, fit=meta["fit"])
+
+
+def to_rgb(x0: np.ndarray, rgb_map: np.ndarray) -> np.ndarray:
+    """(..., C, F, gh, gw) latents -> uint8 (..., F, gh, gw, 3) through the affine map (C + 1, 3)."""
+    channels_last = np.moveaxis(x0.astype(np.float32), -4, -1)
+    rgb = channels_last @ rgb_map[:-1] + rgb_map[-1]
+    return (np.clip(rgb, 0.0, 1.0) * 255).round().astype(np.uint8)
+
+
+def pool_video(video: np.ndarray, latent_frames: int, grid: tuple[int, int]) -> np.ndarray:
+    """(T, H, W, K) -> float32 (F, gh, gw, K): the pixel frames of each latent frame (split in proportion)
+    averaged, then area-pooled to the grid. uint8 frames come out in [0, 1]; a float mask as its coverage."""
+    scale = 255.0 if video.dtype == np.uint8 else 1.0
+    tensor = torch.from_numpy(np.ascontiguousarray(video)).float().div(scale).permute(3, 0, 1, 2)[None]
+    pooled = F.adaptive_avg_pool3d(tensor, (latent_frames, *grid))
+    return pooled[0].permute(1, 2, 3, 0).numpy()
+
+
+class TrajectoryRecorder:
+    """Keeps each step's pooled x0 as the denoise loop runs (engine.stages.denoise calls `observe`)."""
+
+    def __init__(self, canvas, geometry, max_cells: int = MAX_CELLS):
+        self.frames, self.height, self.width = canvas.num_latent_frames, canvas.latent_height, canvas.latent_width
+        self.channels, self.patch = geometry.video_latent_channels, tuple(geometry.patch_size)
+        self.grid = pooled_grid(self.height, self.width, max_cells)
+        self.x0: list[np.ndarray] = []
+        self.t: list[float] = []
+
+    def bytes_bound(self, steps: int) -> int:
+        """What `steps` steps hold, stated before the run."""
+        return steps * self.channels * self.frames * self.grid[0] * self.grid[1] * 2
+
+    @torch.no_grad()
+    def observe(self, index: int, t: float, rows: torch.Tensor, velocity: torch.Tensor) -> None:
+        """`rows`: the generated video rows x_t before this step; `velocity`: the transformer's float prediction
+        for them. Reads both, writes neither."""
+        x0 = rows.float() + (1.0 - float(t)) * velocity.float()
+        latent = unpatchify(x0, self.frames, self.height, self.width, self.channels, self.patch)
+        pooled = F.adaptive_avg_pool2d(latent, self.grid)  # (C, F, gh, gw)
+        self.x0.append(pooled.to(torch.float16).cpu().numpy())
+        self.t.append(float(t))
+
+    def finish(self, records: list[dict], frames: np.ndarray | None, techniques: list[str]) -> Trajectory:
+        """The recorded trajectory; with the clip's decoded `frames`, its preview map fitted on the final x0."""
+        volatile = {"seconds"}
+        trajectory = Trajectory(x0=np.stack(self.x0), t=self.t,
+                                records=[{k: v for k, v in r.items() if k not in volatile} for r in records],
+                                techniques=techniques)
+        if frames is not None and self.x0:
+            trajectory.rgb_map, trajectory.fit = fit_rgb_map(self.x0[-1], frames, self.grid)
+        return trajectory
+
+
+def fit_rgb_map(x0: np.ndarray, frames: np.ndarray, grid: tuple[int, int]) -> tuple[np.ndarray, dict]:
+    """Least squares affine map from pooled x0 (C, F, gh, gw) to the decoded frames pooled the same way; returns it
+    and its in-sample PSNR (dB, on [0, 1]) over the pooled cells."""
+    channels, latent_frames = x0.shape[:2]
+    target = pool_video(frames, latent_frames, grid).reshape(-1, 3)
+    design = np.moveaxis(x0.astype(np.float64), 0, -1).reshape(-1, channels)
+    design = np.concatenate([design, np.ones((len(design), 1))], axis=1)
+    solution, *_ = np.linalg.lstsq(design, target.astype(np.float64), rcond=None)
+    fitted = np.clip(design @ solution, 0, 1)
+    mse = float(np.mean((fitted - target) ** 2))
+    psnr = float(10 * np.log10(1.0 / max(mse, 1e-12)))
+    return solution.astype(np.float32), {"psnr_db": psnr, "cells": len(target), "in_sample": True}
