@@ -212,7 +212,15 @@ def decode_video(components: Components, canvas: Canvas, video_rows: torch.Tenso
     latents = rows.permute(0, 4, 1, 5, 2, 6, 3, 7).reshape(
         -1, channels, canvas.num_latent_frames, canvas.latent_height, canvas.latent_width
     )
+    return decode_latent_video(components, latents, parallel)
+
+
+@torch.no_grad()
+def decode_latent_video(components: Components, latents: torch.Tensor, parallel=None) -> np.ndarray:
+    """Normalised latents (1, C, F, h, w) → float32 frames (T, H, W, 3) in [0, 1] (`decode_video`'s second half;
+    bench/trajectory.py decodes a step's x0 with it)."""
     vae = components.vae
+    latents = latents.to(components.device)
     device = components.device
     mean = torch.tensor(vae.config.latents_mean, device=device).view(1, -1, 1, 1, 1)
     std = torch.tensor(vae.config.latents_std, device=device).view(1, -1, 1, 1, 1)
