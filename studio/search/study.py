@@ -1,0 +1,205 @@
+"""The search loop: an Optuna multi-objective study per search, stored in the studio's data dir.
+
+Storage: one SQLite file, `<data_dir>/search.db` (Optuna's RDB storage on SQLAlchemy); a search is a study named
+after it, its spec kept in the study's user attributes, so `resume(name)` after a restart reads everything back
+and continues the same study (trial numbers go on; the budget counts candidates finished across runs).
+
+Objectives (OBJECTIVES): cost per clip (mean measured seconds over the cases run, minimise), the worst-case
+subject presence (maximise) and the worst-case FLIP inside the subject's box (minimise), the subject-aware gates'
+own figures. Feasibility: a candidate failing any gate on any (prompt, seed) is infeasible; the cases are run in
+order and the candidate stops at its first failing one (the rest are never generated), its trial finished with
+`trial.set_constraint("gates_failed", n)`, n > 0, so the sampler learns where the infeasible region is and
+`study.best_trials` (Optuna's Pareto front, constrained) never includes it. A knob combination the tier rules
+refuse (engine.tiers.with_knobs, e.g. fp8 without fused) is pruned before any clip (TrialPruned, with the reason).
+
+Sampler: TPE (multi-objective, constrained), seeded. Not NSGA-II: its first generation is `population_size` (50 by
+default) random candidates, more than a CPU search's budget (24-ish), so NSGA-II would be random search here; TPE
+models from its 10th candidate on and handles constraints (Optuna's c-TPE).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from engine.errors import RequestError
+from engine.tiers import with_knobs
+
+from .evaluate import CaseResult, Evaluator
+from .spec import SearchSpec
+
+OBJECTIVES = (("cost_s", "minimize"), ("subject_present", "maximize"), ("subject_flip", "minimize"))
+# A figure the gates could not measure on any case (no subject in the baseline) counts as untouched.
+NEUTRAL = {"subject_present": 1.0, "subject_flip": 0.0}
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+STUDY_FILE = "search.db"
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class SearchCancelled(Exception):
+    """Raised inside a candidate when cancel() turns true: its trial is marked failed and a resume redoes it."""
+
+
+def storage(data_dir: str | Path) -> optuna.storages.RDBStorage:
+    path = Path(data_dir) / STUDY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 30}})
+
+
+def names(data_dir: str | Path) -> list[str]:
+    return [summary.study_name for summary in optuna.get_all_study_summaries(storage(data_dir))]
+
+
+def load(data_dir: str | Path, name: str) -> tuple[optuna.Study, SearchSpec]:
+    try:
+        study = optuna.load_study(study_name=name, storage=storage(data_dir))
+    except KeyError:
+        raise RequestError("name", f"no search named {name!r}; searches: {', '.join(names(data_dir)) or 'none'}") \
+            from None
+    return study, SearchSpec.parse(study.user_attrs["spec"])
+
+
+def _worst(cases: list[CaseResult], figure: str, direction: str) -> float:
+    values = [case.figures.get(figure) for case in cases]
+    values = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return NEUTRAL[figure]
+    return min(values) if direction == "maximize" else max(values)
+
+
+def objectives(cases: list[CaseResult]) -> list[float]:
+    cost = sum(case.cost_s for case in cases) / len(cases)
+    return [cost] + [_worst(cases, name, direction) for name, direction in OBJECTIVES[1:]]
+
+
+class SearchRun:
+    """One run of a search (start or resume) until its budget, its time or cancel()."""
+
+    def __init__(self, data_dir: str | Path, evaluator: Evaluator,
+                 progress: Callable[[dict[str, Any]], None] | None = None,
+                 cancel: Callable[[], bool] | None = None):
+        self.data_dir = Path(data_dir)
+        self.evaluator = evaluator
+        self.progress = progress or (lambda event: None)
+        self.cancel = cancel or (lambda: False)
+
+    def start(self, spec: SearchSpec) -> dict[str, Any]:
+        """Create the study and run it; RequestError naming `name` if a search of that name exists."""
+        spec.space  # noqa: B018 - refuse a bad space before storing anything
+        self.evaluator.tiers.get(spec.base_tier)
+        try:
+            study = optuna.create_study(study_name=spec.name, storage=storage(self.data_dir),
+                                        directions=[d for _, d in OBJECTIVES])
+        except optuna.exceptions.DuplicatedStudyError:
+            raise RequestError("name", f"a search named {spec.name!r} exists: resume it or pick another name") \
+                from None
+        study.set_user_attr("spec", spec.to_dict())
+        study.set_user_attr("objectives", [list(o) for o in OBJECTIVES])
+        study.set_user_attr("device", self.evaluator.device)
+        return self._run(study, spec)
+
+    def resume(self, name: str) -> dict[str, Any]:
+        study, spec = load(self.data_dir, name)
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):  # a run that died mid-candidate
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        return self._run(study, spec)
+
+    def _run(self, study: optuna.Study, spec: SearchSpec) -> dict[str, Any]:
+        done = len(study.get_trials(deepcopy=False, states=FINISHED))
+        remaining = None if spec.candidates is None else max(spec.candidates - done, 0)
+        study.sampler = optuna.samplers.TPESampler(
+            seed=spec.sampler_seed + len(study.trials),  # a resume does not replay the first run's random draws
+            n_startup_trials=min(10, max(4, (spec.candidates or 24) // 3)))
+        space, base = spec.space, self.evaluator.tiers.get(spec.base_tier)
+        started = time.monotonic()
+
+        def objective(trial: optuna.Trial) -> list[float]:
+            values = space.suggest(trial)
+            try:
+                tier = with_knobs(base, values, name=f"{spec.name}-c{trial.number}")
+            except RequestError as error:
+                trial.set_user_attr("refused", f"{error.field}: {error.message}")
+                raise optuna.TrialPruned(error.message) from None
+            cases: list[CaseResult] = []
+            for index, (prompt, seed) in enumerate(spec.cases):
+                if self.cancel():
+                    raise SearchCancelled
+                self.progress({"event": "case", "candidate": trial.number, "case": index + 1,
+                               "cases": len(spec.cases), "prompt": prompt, "seed": seed})
+                try:
+                    result = self.evaluator.evaluate(tier, prompt, seed, dict(spec.request))
+                except RequestError as error:  # e.g. the cache needs more steps than the request has
+                    trial.set_user_attr("refused", f"{error.field}: {error.message}")
+                    raise optuna.TrialPruned(error.message) from None
+                cases.append(result)
+                trial.set_user_attr("cases", [case.to_dict() for case in cases])
+                if not result.passed:
+                    break
+            failed = cases[-1].failed
+            trial.set_constraint("gates_failed", float(len(failed)))
+            if failed:
+                trial.set_user_attr("stopped_after_case", len(cases))
+            return objectives(cases)
+
+        def after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            summary = report(study, spec)
+            self.progress({"event": "candidate", "candidate": trial.number, "state": trial.state.name,
+                           "done": summary["done"], "budget": spec.candidates, "feasible": summary["feasible"],
+                           "front": len(summary["front"]), "best_cost_s": summary["best_cost_s"],
+                           "elapsed_s": round(time.monotonic() - started, 1)})
+
+        if remaining != 0:
+            try:
+                study.optimize(objective, n_trials=remaining, timeout=spec.seconds, callbacks=[after],
+                               catch=())
+            except SearchCancelled:
+                return report(study, spec) | {"status": "cancelled"}
+        return report(study, spec) | {"status": "finished"}
+
+
+def _trial_row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    cases = trial.user_attrs.get("cases", [])
+    feasible = trial.state == TrialState.COMPLETE and all(v <= 0 for v in trial.constraints.values())
+    row = {"candidate": trial.number, "state": trial.state.name.lower(), "knobs": trial.params,
+           "feasible": feasible, "cases_run": len(cases)}
+    if trial.values is not None:
+        row["objectives"] = {name: round(value, 6) for (name, _), value in zip(OBJECTIVES, trial.values, strict=True)}
+    if "refused" in trial.user_attrs:
+        row["refused"] = trial.user_attrs["refused"]
+    if "stopped_after_case" in trial.user_attrs:
+        row["stopped_after_case"] = trial.user_attrs["stopped_after_case"]
+        row["failed_gates"] = cases[-1]["failed"]
+    if cases:
+        worst = min(cases, key=lambda c: (not c["failed"], c["figures"].get("subject_present") or 1.0))
+        row["worst_case"] = {key: worst[key] for key in ("prompt", "seed", "worst_frame", "failed")}
+        row["baseline_cost_s"] = round(sum(c["baseline_cost_s"] for c in cases) / len(cases), 4)
+    return row
+
+
+def report(study: optuna.Study, spec: SearchSpec | None = None) -> dict[str, Any]:
+    """The search's state as JSON: every candidate, the Pareto front (Optuna's best_trials: feasible only)."""
+    spec = spec or SearchSpec.parse(study.user_attrs["spec"])
+    trials = study.get_trials(deepcopy=False)
+    rows = [_trial_row(trial) for trial in trials]
+    front = {trial.number for trial in study.best_trials} if any(t.state == TrialState.COMPLETE for t in trials) \
+        else set()
+    for row in rows:
+        row["on_front"] = row["candidate"] in front
+    feasible = [row for row in rows if row["feasible"]]
+    return {
+        "name": spec.name, "spec": spec.to_dict(),
+        "cost": {"unit": "seconds per clip", "label": f"measured on {study.user_attrs.get('device', '?')}"},
+        "objectives": [{"name": n, "direction": d} for n, d in OBJECTIVES],
+        "done": sum(t.state in FINISHED for t in trials), "budget": spec.candidates,
+        "feasible": len(feasible),
+        "best_cost_s": min((row["objectives"]["cost_s"] for row in feasible), default=None),
+        "front": [row for row in rows if row["on_front"]],
+        "candidates": rows,
+    }

@@ -1,0 +1,129 @@
+"""Configuration search (studio/search/): space validation, the study's front, early stop, cancel and resume."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from engine.errors import RequestError
+from engine.tiers import TierTable
+from studio.search import CaseResult, SearchRun, SearchSpec, load
+from studio.search.study import objectives
+
+PROMPTS = ["p0", "p1", "p2"]
+# A stub objective over two choice knobs (6 candidates): cost, subject presence; tile 0 fails a gate on prompt p1.
+TABLE = {(16, 0): (1.0, 0.70), (16, 64): (2.0, 0.80), (64, 0): (3.0, 0.95), (64, 64): (3.5, 0.90),
+         (0, 0): (0.5, 0.99), (0, 64): (0.6, 0.99)}
+KNOWN_FRONT = {(16, 0), (16, 64), (64, 0)}
+
+
+class StubEvaluator:
+    device = "stub"
+
+    def __init__(self):
+        self.tiers = TierTable.load()
+        self.calls: list[tuple] = []
+
+    def evaluate(self, tier, prompt, seed, request):
+        key = (tier.sparse.tile, tier.bucket)
+        self.calls.append((tier.name, prompt, seed))
+        cost, present = TABLE[key]
+        failed = ("subject_lost",) if key[0] == 0 and prompt == "p1" else ()
+        return CaseResult(prompt, seed, cost, 10.0, failed, {"subject_present": present, "subject_flip": 0.1})
+
+
+def spec(name="s", candidates=24, **extra):
+    return SearchSpec.parse({"name": name, "base_tier": "sol", "prompts": PROMPTS, "seeds": [0],
+                             "knobs": {"sparse.tile": {"choices": [0, 16, 64]}, "bucket": None},
+                             "candidates": candidates, "sampler_seed": 3, **extra})
+
+
+def test_stub_search_recovers_the_known_front_and_never_fronts_an_infeasible_candidate(tmp_path):
+    evaluator = StubEvaluator()
+    result = SearchRun(tmp_path, evaluator).start(spec())
+    assert result["status"] == "finished" and result["done"] == 24
+    seen = {(row["knobs"]["sparse.tile"], row["knobs"]["bucket"]) for row in result["candidates"]}
+    assert seen == set(TABLE)  # the sampler visited every combination, so the true front is knowable
+    front = {(row["knobs"]["sparse.tile"], row["knobs"]["bucket"]) for row in result["front"]}
+    assert front == KNOWN_FRONT  # the cheap tile-0 candidates fail a gate, so they are not on it
+    infeasible = [row for row in result["candidates"] if row["knobs"]["sparse.tile"] == 0]
+    assert infeasible and all(not row["feasible"] and not row["on_front"] for row in infeasible)
+    # Stopped at the first failing prompt (p1): p2 never generated for a tile-0 candidate.
+    assert all(row["cases_run"] == 2 and row["stopped_after_case"] == 2 and row["failed_gates"] == ["subject_lost"]
+               for row in infeasible)
+    tile0 = {name for name, prompt, _ in evaluator.calls if prompt == "p2"}
+    assert not any(name.endswith(f"-c{row['candidate']}") for row in infeasible for name in tile0)
+    assert result["cost"]["label"] == "measured on stub"
+
+
+def test_cancel_then_resume_continues_the_same_study_from_the_stored_spec(tmp_path):
+    evaluator = StubEvaluator()
+    cancel_after = itertools.count()
+    run = SearchRun(tmp_path, evaluator, cancel=lambda: next(cancel_after) >= 7)
+    first = run.start(spec(name="r", candidates=6))
+    assert first["status"] == "cancelled" and 0 < first["done"] < 6
+    study, _ = load(tmp_path, "r")
+    study_id, first_numbers = study._study_id, [t.number for t in study.trials]
+
+    events = []  # a new process: fresh evaluator and run, only the data dir in common
+    resumed = SearchRun(tmp_path, StubEvaluator(), progress=events.append).resume("r")
+    study, stored = load(tmp_path, "r")
+    assert resumed["status"] == "finished" and resumed["done"] == 6
+    assert study._study_id == study_id and stored == spec(name="r", candidates=6)
+    assert [t.number for t in study.trials][:len(first_numbers)] == first_numbers  # same trials, continued
+    assert study.trials[len(first_numbers) - 1].state.name == "FAIL"  # the one cancelled mid-candidate
+    assert any(e["event"] == "candidate" and e["done"] == 6 for e in events)
+    again = SearchRun(tmp_path, StubEvaluator()).resume("r")  # budget spent: nothing more runs
+    assert again["done"] == 6 and len(load(tmp_path, "r")[0].trials) == len(study.trials)
+    with pytest.raises(RequestError) as error:
+        SearchRun(tmp_path, StubEvaluator()).start(spec(name="r"))
+    assert error.value.field == "name"
+
+
+@pytest.mark.parametrize(("knobs", "field"), [
+    ({"sparse.nope": None}, "knobs.sparse.nope"),
+    ({"sparse.keep_ratio": {"low": 0.05, "high": 2.0}}, "knobs.sparse.keep_ratio.high"),
+    ({"cache.threshold": {"low": 0.2, "high": 0.1}}, "knobs.cache.threshold"),
+    ({"sparse.tile": {"choices": [0, 32]}}, "knobs.sparse.tile"),
+    ({"steps": {"step": 2}}, "knobs.steps.step"),
+    ({}, "knobs"),
+])
+def test_a_knob_not_declared_or_a_range_outside_its_declaration_is_refused_naming_it(knobs, field):
+    with pytest.raises(RequestError) as error:
+        SearchSpec.parse({"name": "x", "prompts": ["a"], "knobs": knobs})
+    assert error.value.field == field
+
+
+def test_a_refused_combination_is_pruned_before_any_clip(tmp_path):
+    evaluator = StubEvaluator()
+    bad = SearchSpec.parse({"name": "f", "base_tier": "baseline", "prompts": ["p0"], "candidates": 2,
+                            "knobs": {"fp8": {"choices": [True]}, "fused": {"choices": [False]}}})
+    result = SearchRun(tmp_path, evaluator).start(bad)
+    assert not evaluator.calls and result["front"] == []
+    assert all(row["state"] == "pruned" and row["refused"].startswith("tier.fp8") for row in result["candidates"])
+
+
+def test_objectives_take_the_worst_case_and_a_figure_never_measured_counts_as_untouched():
+    cases = [CaseResult("a", 0, 2.0, 4.0, (), {"subject_present": 0.9, "subject_flip": 0.1}),
+             CaseResult("b", 0, 4.0, 4.0, (), {"subject_present": 0.7, "subject_flip": None})]
+    assert objectives(cases) == [3.0, 0.7, 0.1]
+    assert objectives(cases[1:]) == [4.0, 0.7, 0.0]
+
+
+def test_a_nano_candidate_is_generated_judged_and_removed_from_the_engine(nano_engine, tmp_path):
+    from studio.search import EngineEvaluator
+
+    tiers_before = list(nano_engine.tiers.tiers)
+    nano = SearchSpec.parse({"name": "nano", "prompts": ["a red square moves from right to left on a black background"],
+                             "candidates": 1, "request": {"duration_seconds": 5, "short_edge": 32, "steps": 2},
+                             "knobs": {"sparse.keep_ratio": {"low": 0.05, "high": 0.5},
+                                       "sparse.dense_first_steps": {"low": 0, "high": 0}}})
+    result = SearchRun(tmp_path, EngineEvaluator(nano_engine, lpips=False)).start(nano)
+    row = result["candidates"][0]
+    assert row["state"] == "complete" and row["cases_run"] == 1
+    assert result["cost"]["label"].startswith("measured on CPU") and row["objectives"]["cost_s"] > 0
+    case = load(tmp_path, "nano")[0].trials[0].user_attrs["cases"][0]
+    assert set(case["figures"]) >= {"subject_present", "subject_flip"} and case["baseline_cost_s"] > 0
+    assert row["feasible"] == (not case["failed"])
+    assert list(nano_engine.tiers.tiers) == tiers_before  # the candidate tier served one request only
