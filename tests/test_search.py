@@ -104,6 +104,11 @@ def test_a_refused_combination_is_pruned_before_any_clip(tmp_path):
     assert all(row["state"] == "pruned" and row["refused"].startswith("tier.fp8") for row in result["candidates"])
 
 
+def test_a_suite_spec_round_trips_through_its_stored_form():
+    parsed = SearchSpec.parse({"name": "s", "suite": "nano_heldout", "prompt_count": 2, "knobs": {"cache.threshold": None}})
+    assert len(parsed.prompts) == 2 and SearchSpec.parse(parsed.to_dict()).prompts == parsed.prompts
+
+
 def test_objectives_take_the_worst_case_and_a_figure_never_measured_counts_as_untouched():
     cases = [CaseResult("a", 0, 2.0, 4.0, (), {"subject_present": 0.9, "subject_flip": 0.1}),
              CaseResult("b", 0, 4.0, 4.0, (), {"subject_present": 0.7, "subject_flip": None})]

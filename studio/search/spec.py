@@ -55,6 +55,7 @@ class SearchSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["prompts"], data["seeds"] = list(self.prompts), list(self.seeds)
+        del data["suite"]  # the prompts it gave are stored; parse takes one or the other
         return data
 
     @classmethod
