@@ -105,7 +105,8 @@ def test_a_refused_combination_is_pruned_before_any_clip(tmp_path):
 
 
 def test_a_suite_spec_round_trips_through_its_stored_form():
-    parsed = SearchSpec.parse({"name": "s", "suite": "nano_heldout", "prompt_count": 2, "knobs": {"cache.threshold": None}})
+    parsed = SearchSpec.parse({"name": "s", "suite": "nano_heldout", "prompt_count": 2,
+                               "knobs": {"cache.threshold": None}})
     assert len(parsed.prompts) == 2 and SearchSpec.parse(parsed.to_dict()).prompts == parsed.prompts
 
 
