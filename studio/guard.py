@@ -4,10 +4,11 @@
    or sends more than the limit gets 413 and its body is never buffered.
 2. With --auth, HTTP Basic credentials for the protected paths (/v1/..., the OpenAPI schema and its doc pages)
    are checked from the headers before any body byte is read: an unauthenticated upload costs nothing.
-3. Sign-in throttling per client address: after ``max_failures`` failed sign-ins (a 401 on REST, a refused
-   Gradio login) within ``window_s`` seconds, further attempts get 429 with Retry-After until the oldest
+3. Sign-in throttling per client address: after ``max_failures`` failed sign-ins (credentials sent and refused
+   on REST, a refused Gradio login) within ``window_s`` seconds, further attempts get 429 with Retry-After until the oldest
    failure leaves the window. A success does not reset the count (it would let guessing interleave with a
-   known account).
+   known account). A request without credentials is refused (401) but is no failed sign-in: counting it let
+   ten anonymous requests lock the right user out of a shared address (issue 42).
 
 Why middleware and not FastAPI dependencies: FastAPI reads and parses the body before it runs dependencies.
 """
@@ -115,7 +116,8 @@ class RequestGuard:
                              "authorization", [(b"retry-after", str(wait).encode())])
                 return
         if signing_in and path not in LOGIN_PATHS and not self._signed_in(headers):
-            self.throttle.failed(client)
+            if b"authorization" in headers:  # only a wrong sign-in counts: anonymous requests lock no one out
+                self.throttle.failed(client)
             await _reply(send, 401, "sign in with HTTP Basic credentials from the --auth file", "authorization",
                          [REALM_HEADER])
             return

@@ -112,3 +112,15 @@ def test_refused_gradio_logins_count_as_failed_sign_ins():
     form = [(b"content-type", b"application/x-www-form-urlencoded"), (b"content-length", b"27")]
     statuses = [call_asgi(app, "POST", "/login", form, [b"username=alice&password=guess"])[0] for _ in range(3)]
     assert statuses == [400, 400, 429]
+
+
+def test_requests_without_credentials_do_not_lock_the_right_user_out(service):
+    """Issue 42 finding 7: 10 anonymous GET /v1/pairs used to count as failed sign-ins, so the right user was locked
+    out of that address (everyone behind one proxy) for 60 s. Only credentials that were sent and refused count."""
+    with TestClient(create_app(service, accounts=ACCOUNTS)) as client:
+        for _ in range(12):
+            assert client.get("/v1/pairs").status_code == 401
+        assert client.get("/v1/pairs", auth=("alice", "wonder")).status_code == 200
+        for _ in range(10):  # a wrong password still counts
+            assert client.get("/v1/pairs", auth=("alice", "guess")).status_code == 401
+        assert client.get("/v1/pairs", auth=("alice", "wonder")).status_code == 429
