@@ -98,8 +98,15 @@ class ReviewStore:
     @property
     def approval_rule(self) -> ApprovalRule:
         """The rule an admin set last, else the one this store was opened with."""
-        row = self._read(lambda s: s.scalar(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq.desc())))
-        return self.default_approval_rule if row is None else rule_of(row)
+        return self.approval_rule_version()[0]
+
+    def approval_rule_version(self) -> tuple[ApprovalRule, int]:
+        """(the rule in force, its version): the version counts the rules admins set (0: the default applies)."""
+        return self._read(self._rule_in_force)
+
+    def _rule_in_force(self, session: Session) -> tuple[ApprovalRule, int]:
+        row = session.scalar(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq.desc()))
+        return (self.default_approval_rule, 0) if row is None else (rule_of(row), row.seq)
 
     def set_approval_rule(self, rule: ApprovalRule, changed_by: str) -> ApprovalRule:
         """Store a new approval rule (every earlier one stays in ``approval_rule_history``)."""
@@ -111,11 +118,38 @@ class ReviewStore:
 
         return self._write(work)
 
+    def change_approval_rule(self, fields: dict[str, Any], changed_by: str,
+                             expected_version: int | None = None) -> tuple[ApprovalRule, int]:
+        """Change the given fields of the rule in force; returns (the new rule, its version).
+
+        The rule is read and the new version written in one write transaction (BEGIN IMMEDIATE), so two admins
+        changing it at once are serialised: each change applies to the rule the other left, none is lost (they
+        were, when the rule was read before the write transaction: issue 42). ``expected_version``: the version the
+        admin saw; when another change came in between, Conflict naming ``version`` and nothing is written.
+        """
+        changed_by = check.text(changed_by, "changed_by")
+        if expected_version is not None:
+            check.integer(expected_version, "version", minimum=0)
+
+        def work(session: Session) -> tuple[ApprovalRule, int]:
+            current, version = self._rule_in_force(session)
+            if expected_version is not None and expected_version != version:
+                raise Conflict("version", f"the approval rule is at version {version}, not {expected_version}: "
+                                          "another admin changed it since you read it; reload it and apply your "
+                                          "change again")
+            rule = current.updated(fields)
+            row = ApprovalRuleVersion(**rule.as_dict(), changed_by=changed_by, created_at=utc_now())
+            session.add(row)
+            session.flush()
+            return rule, row.seq
+
+        return self._write(work)
+
     def approval_rule_history(self) -> list[dict[str, Any]]:
-        """Every rule an admin set, oldest first: the rule's fields plus changed_by and created_at."""
+        """Every rule an admin set, oldest first: the rule's fields plus version, changed_by and created_at."""
         def work(session: Session) -> list[dict[str, Any]]:
             rows = session.scalars(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq))
-            return [{**rule_of(r).as_dict(), "changed_by": r.changed_by,
+            return [{**rule_of(r).as_dict(), "version": r.seq, "changed_by": r.changed_by,
                      "created_at": r.created_at.replace(tzinfo=UTC).isoformat()} for r in rows]
 
         return self._read(work)

@@ -202,10 +202,12 @@ class RuleUpdate(BaseModel):
     """Admin only: the approval rule's fields to change."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    # Upper bounds so that 2^63 or 10^30 gets a 400 naming the field, never an overflow in SQLite (issue 42).
-    min_distinct_prompts: int | None = Field(None, le=100_000)
-    min_reviewers: int | None = Field(None, le=1_000)
-    max_rejects: int | None = Field(None, le=100_000)
+    # Each has an upper bound (ApprovalRule.BOUNDS): 2^63 or 10^30 gets a 400 naming the field (issue 42).
+    min_distinct_prompts: int | None = None
+    min_reviewers: int | None = None
+    max_rejects: int | None = None
+    version: int | None = Field(None, description="the rule version you read (GET /v1/approval-rule): when another "
+                                                  "admin changed the rule since, 409 naming version")
 
 
 class ExportCreate(BaseModel):
@@ -635,13 +637,15 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
     @router.get("/approval-rule", tags=["review"], summary="The approval rule and every earlier one",
                 response_model=ApprovalRuleWithHistory)
     def approval_rule() -> dict[str, Any]:
-        return {**service.approval_rule.as_dict(), "history": service.store.approval_rule_history()}
+        rule, version = service.store.approval_rule_version()
+        return {**rule.as_dict(), "version": version, "history": service.store.approval_rule_history()}
 
     @router.put("/approval-rule", tags=["review"], summary="Admin only: change the approval rule",
                 response_model=ApprovalRuleObject)
     def set_approval_rule(body: RuleUpdate, user: str | None = Depends(current_user)) -> dict[str, Any]:
-        rule = service.set_approval_rule(body.model_dump(exclude_none=True), _actor(accounts, user))
-        return rule.as_dict()
+        fields = body.model_dump(exclude_none=True, exclude={"version"})
+        rule, version = service.set_approval_rule(fields, _actor(accounts, user), body.version)
+        return {**rule.as_dict(), "version": version}
 
     # --------------------------------------------------------------------- review, tiers, export
 

@@ -227,6 +227,8 @@ class ApprovalRuleObject(_Body):
     min_distinct_prompts: int
     max_rejects: int
     min_reviewers: int
+    version: int | None = Field(None, description="how many rules admins have set (0: the default applies); send it "
+                                                  "back with a change to refuse it if someone changed the rule since")
 
 
 class ApprovalRuleWithHistory(ApprovalRuleObject):

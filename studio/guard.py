@@ -5,8 +5,8 @@
 2. With --auth, HTTP Basic credentials for the protected paths (/v1/..., the OpenAPI schema and its doc pages)
    are checked from the headers before any body byte is read: an unauthenticated upload costs nothing.
 3. Sign-in throttling per client address: after ``max_failures`` failed sign-ins (credentials sent and refused
-   on REST, a refused Gradio login) within ``window_s`` seconds, further attempts get 429 with Retry-After until the oldest
-   failure leaves the window. A success does not reset the count (it would let guessing interleave with a
+   on REST, a refused Gradio login) within ``window_s`` seconds, further attempts get 429 with Retry-After until
+   the oldest failure leaves the window. A success does not reset the count (it would let guessing interleave with a
    known account). A request without credentials is refused (401) but is no failed sign-in: counting it let
    ten anonymous requests lock the right user out of a shared address (issue 42).
 

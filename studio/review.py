@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from db import ApprovalRule, StoreError
-
 
 def _parameters(tier_config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in tier_config.items() if k != "description"}
@@ -47,13 +45,3 @@ def speedup_caveat(baseline: Any) -> str | None:
     return (f"the baseline ran {override} steps (overridden), not its tier's own: speed-ups and metrics compare "
             f"against that shortened baseline, not the reference")
 
-
-def updated_rule(current: ApprovalRule, fields: Any) -> ApprovalRule:
-    """``current`` with the given fields changed; StoreError naming an unknown or invalid field."""
-    if not isinstance(fields, dict):
-        raise StoreError("approval_rule", "must be an object with min_distinct_prompts, min_reviewers, max_rejects")
-    known = current.as_dict()
-    unknown = sorted(set(fields) - set(known))
-    if unknown:
-        raise StoreError(unknown[0], f"unknown field; the rule has {', '.join(known)}")
-    return ApprovalRule(**{**known, **fields})

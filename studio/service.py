@@ -45,7 +45,6 @@ from studio.pairs import BASELINE_TIER, QUALITY_UNAVAILABLE, PairFlow, plan_pair
 from studio.previews import preview
 from studio.public_text import hide_paths
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
-from studio.review import updated_rule
 from studio.roles import OPEN, Actor
 from studio.views import PairView, VideoView, clip_cost_usd, pair_view, video_view
 
@@ -552,11 +551,13 @@ class StudioService:
         """Withdraw the reviewer's standing verdict on a pair (kept in the history with ``change_note``)."""
         return self.store.withdraw_verdict(pair_id, reviewer, change_note)
 
-    def set_approval_rule(self, fields: dict[str, Any], actor: Actor = OPEN) -> ApprovalRule:
-        """Admin only: change the approval rule (fields of ApprovalRule; omitted ones keep their value)."""
+    def set_approval_rule(self, fields: dict[str, Any], actor: Actor = OPEN,
+                          expected_version: int | None = None) -> tuple[ApprovalRule, int]:
+        """Admin only: change the approval rule (fields of ApprovalRule; omitted ones keep their value); returns
+        (the new rule, its version). ``expected_version``: the version the admin saw (Conflict naming ``version``
+        when someone changed the rule since)."""
         actor.require_admin("approval_rule", "change the approval rule")
-        rule = updated_rule(self.store.approval_rule, fields)
-        return self.store.set_approval_rule(rule, actor.name or "anonymous")
+        return self.store.change_approval_rule(fields, actor.name or "anonymous", expected_version)
 
     def list_verdicts(self, pair_id: str | None = None, configuration_key: str | None = None) -> list[VerdictRecord]:
         return self.store.list_verdicts(pair_id=pair_id, configuration_key=configuration_key)

@@ -4,6 +4,8 @@ admin-only approval rule. An engine-less service on a store filled with stored c
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
@@ -91,3 +93,39 @@ def test_verdicts_are_corrected_and_withdrawn_with_a_note(studio):
     config = client.get(f"/v1/configurations/{fox.configuration_key}", auth=BOB).json()
     assert config["accepts"] == 1 and [h["decision"] for h in config["history"]] == [
         "reject", "accept", "accept", "withdrawn"]
+
+
+def test_two_admins_changing_the_rule_at_once_lose_neither_change(studio):
+    """Issue 42 finding 3: the rule was read outside the write transaction, so two admins changing different fields
+    at once both got 200 and one change was lost (14 of 20 trials). Real threads, released together by a barrier,
+    each round; the read-modify-write now runs in one BEGIN IMMEDIATE transaction, so every round keeps both."""
+    client, _ = studio
+    rounds = 12
+    for round_ in range(rounds):
+        barrier = threading.Barrier(2)
+        changes = [{"min_reviewers": round_ + 2}, {"max_rejects": round_ + 1}]
+
+        def put(fields: dict, barrier: threading.Barrier = barrier) -> int:
+            barrier.wait(timeout=30)
+            return client.put("/v1/approval-rule", auth=ROOT, json=fields).status_code
+
+        with ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(put, changes)) == [200, 200]
+        rule = client.get("/v1/approval-rule", auth=ROOT).json()
+        assert (rule["min_reviewers"], rule["max_rejects"]) == (round_ + 2, round_ + 1), f"round {round_}: {rule}"
+    rule = client.get("/v1/approval-rule", auth=ROOT).json()
+    assert rule["version"] == 2 * rounds and [h["version"] for h in rule["history"]] == list(range(1, 2 * rounds + 1))
+
+
+def test_a_rule_change_made_on_a_stale_version_is_refused(studio):
+    """An admin who sends the version they read is refused (409 naming version, nothing stored) once another admin
+    changed the rule since: a form showing all three fields cannot silently undo the other admin's change."""
+    client, _ = studio
+    seen = client.get("/v1/approval-rule", auth=ROOT).json()["version"]
+    first = client.put("/v1/approval-rule", auth=ROOT, json={"min_reviewers": 3, "version": seen})
+    assert first.status_code == 200 and first.json()["version"] == seen + 1
+    stale = client.put("/v1/approval-rule", auth=ROOT, json={"min_reviewers": 2, "max_rejects": 1, "version": seen})
+    assert (stale.status_code, error_of(stale)["field"]) == (409, "version")
+    assert f"version {seen + 1}" in error_of(stale)["message"]
+    after = client.get("/v1/approval-rule", auth=ROOT).json()
+    assert (after["min_reviewers"], after["max_rejects"], len(after["history"])) == (3, 0, 1)

@@ -21,7 +21,7 @@ CONFIG_HEADERS = ["configuration", "tier", "steps", "duration s", "status", "acc
 
 
 def build_configurations_tab(service: StudioService, accounts: Accounts | None = None) -> dict[str, Any]:
-    rule = service.approval_rule
+    rule, version = service.store.approval_rule_version()
     rule_text = gr.Markdown(_rule_text(service), elem_id="h3-rule-text")
     with gr.Accordion("Change the approval rule (admins)", open=False, elem_id="h3-rule-editor"):
         with gr.Row():
@@ -31,6 +31,9 @@ def build_configurations_tab(service: StudioService, accounts: Accounts | None =
                                       elem_id="h3-rule-reviewers")
             max_rejects = gr.Number(rule.max_rejects, precision=0, label="standing rejects ≤",
                                     elem_id="h3-rule-rejects")
+        # The version the fields above show: a save after another admin's change is refused (409 over REST), so
+        # it cannot silently undo that change.
+        rule_version = gr.State(version)
         save_rule = gr.Button("Save rule", elem_id="h3-rule-save")
         rule_result = gr.HTML("", js_on_load=None, elem_id="h3-rule-result")
         rule_history = gr.Dataframe(headers=RULE_HEADERS, value=_rule_rows(service), interactive=False,
@@ -60,25 +63,36 @@ def build_configurations_tab(service: StudioService, accounts: Accounts | None =
     refresh.click(refresh_table, None, [table, keys])
     table.select(show, keys, [detail, history])
 
-    def change_rule(prompts_v, reviewers_v, rejects_v, request: gr.Request):
+    def change_rule(prompts_v, reviewers_v, rejects_v, version_v, request: gr.Request):
         """Admin only, as over REST (PUT /v1/approval-rule); every change is kept with who made it."""
         fields = {"min_distinct_prompts": prompts_v, "min_reviewers": reviewers_v, "max_rejects": rejects_v}
         fields = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in fields.items()}
         try:
-            new = service.set_approval_rule(fields, actor_of(accounts, request))
+            new, _ = service.set_approval_rule(fields, actor_of(accounts, request), expected_version=version_v)
         except (StoreError, Forbidden) as error:
-            return error_html(error.field, error.message), gr.update(), gr.update(), *refresh_table()
+            # The fields keep what the admin typed; the text above shows the rule in force now (another admin's
+            # change, on a 409 naming version) and a second save applies the fields over it knowingly.
+            text, rows, *_, current_version = refresh_rule()
+            return (error_html(error.field, error.message), text, rows, *[gr.update()] * 3, current_version,
+                    *refresh_table())
         message = (f"<div class='h3-panel'>Saved: ≥ {new.min_distinct_prompts} prompts, ≥ {new.min_reviewers} "
                    f"reviewers, ≤ {new.max_rejects} rejects.</div>")
-        return message, _rule_text(service), _rule_rows(service), *refresh_table()
+        return message, *refresh_rule(), *refresh_table()
 
-    save_rule.click(change_rule, [min_prompts, min_reviewers, max_rejects],
-                    [rule_result, rule_text, rule_history, table, keys])
+    rule_fields = [min_prompts, min_reviewers, max_rejects, rule_version]
+    save_rule.click(change_rule, rule_fields, [rule_result, rule_text, rule_history, *rule_fields, table, keys])
+
+    def refresh_rule():
+        """The rule text, its history, and the editor's fields with the version they show."""
+        current, current_version = service.store.approval_rule_version()
+        return (_rule_text(service), _rule_rows(service), current.min_distinct_prompts, current.min_reviewers,
+                current.max_rejects, current_version)
 
     def refresh_all():
-        return [*refresh_table(), _rule_text(service), _rule_rows(service)]
+        return [*refresh_table(), *refresh_rule()]
 
-    return {"refresh": refresh_all, "outputs": [table, keys, rule_text, rule_history], "load": refresh_all}
+    return {"refresh": refresh_all, "outputs": [table, keys, rule_text, rule_history, *rule_fields],
+            "load": refresh_all}
 
 
 RULE_HEADERS = ["set at (UTC)", "by", "distinct prompts ≥", "reviewers ≥", "rejects ≤"]
