@@ -73,7 +73,7 @@ class BlindReviews:
 
     def open(self, pair_id: str, reviewer: str) -> BlindRecord:
         """The reviewer's unanswered assignment on this completed pair, or a new one in a random order."""
-        reviewer = check.text(reviewer, "reviewer")
+        reviewer = check.name(reviewer, "reviewer")
 
         def work(session: Session) -> BlindRecord:
             pair = self.store._pair_row(session, pair_id)
@@ -102,7 +102,7 @@ class BlindReviews:
         "a_worse"/"b_worse" name at least one reason. Like any verdict, one that corrects the reviewer's standing
         verdict on the pair needs ``change_note``. Only the assignment's reviewer may answer it, once.
         """
-        reviewer = check.text(reviewer, "reviewer")
+        reviewer = check.name(reviewer, "reviewer")
         answer = check.one_of(answer, "answer", ANSWERS)
         clean_reasons = check.reasons(reasons, REASONS)
         if answer != "no_difference" and not clean_reasons:

@@ -176,7 +176,7 @@ class CampaignStore:
 
     def next_unreviewed(self, campaign_id: str, reviewer: str) -> str | None:
         """The first completed pair (in suite order) on which ``reviewer`` has no standing verdict, or None."""
-        reviewer = check.text(reviewer, "reviewer")
+        reviewer = check.name(reviewer, "reviewer")
 
         def work(session: Session) -> str | None:
             row = _row(session, campaign_id)

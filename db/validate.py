@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +29,29 @@ def text(value: Any, field: str, *, max_chars: int = MAX_NAME_CHARS, allow_empty
         cleaned.encode("utf-8")
     except UnicodeEncodeError:
         raise StoreError(field, "must be valid Unicode text: it holds a lone surrogate") from None
+    return cleaned
+
+
+# Categories a name never needs and that let two names look alike or hide (issue 42): controls (NUL, the ESC of an
+# ANSI escape), formatting (zero-width characters, right-to-left overrides), line/paragraph separators, surrogates,
+# private use and unassigned code points.
+_NAME_REFUSED = {"Cc": "a control character", "Cf": "an invisible formatting character",
+                 "Zl": "a line separator", "Zp": "a paragraph separator", "Cs": "a surrogate",
+                 "Co": "a private-use character", "Cn": "an unassigned code point"}
+# Letters and symbols that render blank: the Hangul fillers, the halfwidth filler and the blank braille pattern.
+_BLANK_GLYPHS = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"}
+
+
+def name(value: Any, field: str) -> str:
+    """A person's name (a reviewer's): text() plus no control, formatting or invisible characters, and at least one
+    visible one; names of zero-width characters only, NUL, ANSI escapes or a right-to-left override were stored."""
+    cleaned = text(value, field)
+    for ch in cleaned:
+        kind = _NAME_REFUSED.get(unicodedata.category(ch))
+        if kind is not None:
+            raise StoreError(field, f"must be a plain name: U+{ord(ch):04X} is {kind}")
+    if not any(unicodedata.category(ch)[0] in "LNPS" and ch not in _BLANK_GLYPHS for ch in cleaned):
+        raise StoreError(field, "must contain a visible character")
     return cleaned
 
 

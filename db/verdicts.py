@@ -52,7 +52,7 @@ class ReviewStore:
         pair corrects it: ``change_note`` (why) is then required, and the new version supersedes the old one,
         which stays in the history. Approval counts each reviewer's latest version per pair.
         """
-        reviewer = check.text(reviewer, "reviewer")
+        reviewer = check.name(reviewer, "reviewer")
         decision = check.one_of(decision, "decision", DECISIONS)
         clean_reasons = check.reasons(reasons, REASONS)
         if decision == "reject" and not clean_reasons:
@@ -70,7 +70,7 @@ class ReviewStore:
     def withdraw_verdict(self, pair_id: str, reviewer: str, change_note: str) -> VerdictRecord:
         """Withdraw the reviewer's standing verdict on a pair (a new "withdrawn" version; the old one is kept).
         ``change_note`` (why) is required; NotFound when the reviewer has no standing verdict there."""
-        reviewer = check.text(reviewer, "reviewer")
+        reviewer = check.name(reviewer, "reviewer")
         note = clean_change_note(change_note)
         if note is None:
             raise StoreError("change_note", "must say why the verdict is withdrawn")

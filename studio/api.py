@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
@@ -262,7 +263,7 @@ def install_error_handlers(app: FastAPI) -> None:
             reason = (first.get("ctx") or {}).get("error", "")
             return _error(400, f"malformed JSON at character {offset}: {reason}".rstrip(": "), "body",
                           "invalid_request_error")
-        field = _field_from_loc(first.get("loc", ()))
+        field, message = _union_answer(error.errors(), first, message)
         return _error(400, message, field, "invalid_request_error")
 
     @app.exception_handler(UserShareFull)
@@ -306,10 +307,38 @@ def install_error_handlers(app: FastAPI) -> None:
         return _error(error.status_code, str(error.detail), None, "http_error", getattr(error, "headers", None))
 
 
+# pydantic names a union's branch in an error's loc (("prompts", "function-after[_unicode_text(), str]")); a field
+# name is an identifier, a branch's tag is a type expression or one of these bare type names.
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BARE_TYPE_TAGS = {"str", "int", "float", "bool", "bytes", "list", "dict", "tuple", "set", "none"}
+_LOC_SOURCES = ("body", "query", "path", "header")
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and (not _FIELD_NAME.fullmatch(part) or part in _BARE_TYPE_TAGS)
+
+
 def _field_from_loc(loc: tuple | list) -> str:
-    """("body", "target", "short_edge") → "target.short_edge"; ("query", "limit") → "limit"."""
-    parts = [str(part) for part in loc if part not in ("body", "query", "path", "header")]
+    """("body", "target", "short_edge") → "target.short_edge"; ("query", "limit") → "limit"; union branches'
+    tags left out: ("body", "prompts", "list[...]", 1) → "prompts.1" (they leaked as field names, issue 42)."""
+    parts = [str(part) for part in loc if part not in _LOC_SOURCES and not _is_union_tag(part)]
     return ".".join(parts) or "body"
+
+
+def _union_answer(errors: list[dict[str, Any]], first: dict[str, Any], message: str) -> tuple[str, str]:
+    """(field, message) of the first error. When it is one branch of a union (``prompts``: text or a list of
+    text), pydantic reports every branch: the deepest field among them is named ("prompts.1": the list was meant),
+    and the branches' messages at that field are joined ("a valid string; or a valid list")."""
+    loc = list(first.get("loc", ()))
+    cut = next((index for index, part in enumerate(loc) if _is_union_tag(part)), None)
+    if cut is None:
+        return _field_from_loc(loc), message
+    siblings = [e for e in errors if list(e.get("loc", ()))[:cut] == loc[:cut]
+                and len(e.get("loc", ())) > cut and _is_union_tag(e["loc"][cut])]
+    field = max((_field_from_loc(e["loc"]) for e in siblings), key=lambda name: name.count("."))
+    messages = dict.fromkeys(str(e.get("msg", "invalid value")).removeprefix("Value error, ") for e in siblings
+                             if _field_from_loc(e["loc"]) == field)
+    return field, "; or ".join(messages)
 
 
 # ------------------------------------------------------------------------------- OpenAI / SGLang mapping

@@ -396,6 +396,15 @@ def test_baseline_is_reused_not_regenerated(studio, reviewed):
     ("post", "/v1/videos", {"prompt": "\ufeff \u2060"}, 400, "prompt"),
     ("post", "/v1/videos", {"prompt": "\u001b[31mred"}, 400, "prompt"),
     ("post", "/v1/pairs", {"prompt": "\u200b", "tier": "turbo"}, 400, "prompt"),
+    # Reviewer names of nothing visible, or with controls or formatting characters (issue 42: were stored).
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "\u200b\u200c", "decision": "accept"}, 400, "reviewer"),
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "ana\u0000", "decision": "accept"}, 400, "reviewer"),
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "\u001b[31mroot\u001b[0m", "decision": "accept"}, 400,
+     "reviewer"),
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "\u202eanilorac", "decision": "accept"}, 400, "reviewer"),
+    ("post", "/v1/pairs/pair_nope/verdicts", {"reviewer": "\u3164\u2800", "decision": "accept"}, 400, "reviewer"),
+    ("post", "/v1/pairs/pair_nope/verdicts/withdraw", {"reviewer": "\u2060", "change_note": "x"}, 400, "reviewer"),
+    ("post", "/v1/pairs/pair_nope/blind", {"reviewer": "a\u200db"}, 400, "reviewer"),
     # Bounded requests (issue 19 #13): pages of pairs, exports of at most 1,000 named pairs.
     ("post", "/v1/prompt-check", {}, 400, "prompt"),
     ("post", "/v1/prompt-check", {"prompt": 5}, 400, "prompt"),

@@ -93,11 +93,15 @@ def test_a_campaign_queues_every_pair_and_feeds_reviewers_their_next_pair(studio
     (campaign_body(prompts="a fox", tier="warp"), "tier"),
     (campaign_body(prompts="a fox", steps=0), "steps"),
     (campaign_body(prompts="a fox", colour="red"), "colour"),
+    # pydantic's union branch tags leaked into the field (`prompts.function-after[_unicode_text(), str]`, issue 42)
+    (campaign_body(prompts=5), "prompts"),
+    (campaign_body(prompts=["a fox", 5]), "prompts.1"),
 ])
 def test_a_bad_campaign_is_refused_naming_the_field(studio, body, field):
     before = len(studio.client.get("/v1/campaigns", auth=ALICE).json()["data"])
     response = studio.client.post("/v1/campaigns", auth=ALICE, json=body)
     assert (response.status_code, response.json()["error"]["field"]) == (400, field), response.text
+    assert "function-after" not in response.json()["error"]["message"]  # no pydantic type expressions in it
     assert len(studio.client.get("/v1/campaigns", auth=ALICE).json()["data"]) == before  # nothing stored
 
 
