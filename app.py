@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the studio modules import torch: build_app imports them, so
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the studio runs offline
 
 log = logging.getLogger("h3studio")
+GRACEFUL_SHUTDOWN_S = 5
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -108,12 +109,10 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     app = create_app(service, accounts=accounts, loader=loader, default_tier=getattr(args, "default_tier", None))
     install_upload_routes(app, service, accounts, getattr(args, "default_tier", None))  # fl2va/ref2va uploads
     if not args.no_ui:
-        import gradio as gr
-
         from studio.ui import build_ui
+        from studio.ui.mount import mount_ui
 
-        app = gr.mount_gradio_app(app, build_ui(service, accounts), path="/",
-                                  auth=accounts.gradio_auth() if accounts else None)
+        app = mount_ui(app, build_ui(service, accounts), accounts)
     return app
 
 
@@ -132,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    # Bounded shutdown: on SIGTERM, connections still open after this many seconds (held Gradio heartbeat and
+    # queue streams never end by themselves; 500 of them kept the server up for 45 s and more, issue 42) are
+    # cancelled and the service closes.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info",
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     return 0
 
 

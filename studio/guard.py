@@ -10,6 +10,12 @@
    known account). A request without credentials is refused (401) but is no failed sign-in: counting it let
    ten anonymous requests lock the right user out of a shared address (issue 42).
 
+4. With --auth, the Gradio UI's paths that Gradio itself leaves open: its heartbeat stream
+   (``/gradio_api/heartbeat/<any>``) needs a signed-in caller (a Gradio sign-in cookie or HTTP Basic), and a page
+   served to someone not signed in (the login page) goes out without the API description Gradio embeds in it
+   (``window.gradio_api_info``: every endpoint and its parameters, issue 42). The Gradio session lookup is set on
+   the app's state by the UI (``app.state.gradio_user``, studio/ui/sessions.py).
+
 Why middleware and not FastAPI dependencies: FastAPI reads and parses the body before it runs dependencies.
 """
 
@@ -19,10 +25,13 @@ import base64
 import binascii
 import collections
 import json
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from starlette.requests import cookie_parser
 
 from studio.auth import Accounts
 
@@ -35,7 +44,13 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 # each image is at most 20 MiB (engine/conditioning.py), a request's uploads together at most this.
 MAX_UPLOAD_BODY_BYTES = 64 * 1024 * 1024
 UPLOAD_PATHS = ("/v1/videos", "/v1/pairs", "/gradio_api/upload")
-PROTECTED_PREFIXES = ("/v1/", "/openapi.json", "/docs", "/redoc")
+PROTECTED_PREFIXES = ("/v1/", "/openapi.json", "/docs", "/redoc", "/models")
+# Gradio paths that Gradio serves without its own login check but that must not be open under --auth: the heartbeat
+# is a stream a caller can hold open (issue 42: unauthenticated and unbounded in number).
+SESSION_PREFIXES = ("/gradio_api/heartbeat/",)
+# What Gradio embeds in every page, the login page included: the UI's API (endpoints, parameters, examples).
+EMBEDDED_API_INFO = re.compile(rb"window\.gradio_api_info = .*?;</script>", re.DOTALL)
+NO_API_INFO = b"window.gradio_api_info = null;</script>"
 LOGIN_PATHS = ("/login", "/login/")  # Gradio's sign-in form when mounted at "/"
 REALM_HEADER = (b"www-authenticate", b'Basic realm="H3 Review Studio"')
 
@@ -116,16 +131,29 @@ class RequestGuard:
                              "authorization", [(b"retry-after", str(wait).encode())])
                 return
         if signing_in and path not in LOGIN_PATHS and not self._signed_in(headers):
-            if b"authorization" in headers:  # only a wrong sign-in counts: anonymous requests lock no one out
-                self.throttle.failed(client)
-            await _reply(send, 401, "sign in with HTTP Basic credentials from the --auth file", "authorization",
-                         [REALM_HEADER])
+            await self._refuse(send, headers, client)
             return
-        await self._forward(scope, receive, send, client if path in LOGIN_PATHS and signing_in else None, limit)
+        anonymous_page = False
+        if self.accounts is not None and not signing_in and not self._signed_in(headers) and \
+                not _gradio_session(scope, headers):
+            if path.startswith(SESSION_PREFIXES):
+                await self._refuse(send, headers, client)
+                return
+            anonymous_page = scope.get("method") == "GET"
+        await self._forward(scope, receive, send, client if path in LOGIN_PATHS and signing_in else None, limit,
+                            anonymous_page)
 
     def _signed_in(self, headers: dict[bytes, bytes]) -> bool:
         credentials = basic_credentials(headers)
         return credentials is not None and self.accounts is not None and self.accounts.check(*credentials)
+
+    async def _refuse(self, send: Callable[[dict], Awaitable[None]], headers: dict[bytes, bytes],
+                      client: str) -> None:
+        """401; a failed sign-in only when credentials were sent: anonymous requests lock no one out."""
+        if b"authorization" in headers:
+            self.throttle.failed(client)
+        await _reply(send, 401, "sign in with HTTP Basic credentials from the --auth file", "authorization",
+                     [REALM_HEADER])
 
     def _limit(self, scope: dict, headers: dict[bytes, bytes]) -> int:
         """The body limit of this request: a multipart POST to an upload path may carry images."""
@@ -137,12 +165,16 @@ class RequestGuard:
         return f"the request body must be at most {limit} bytes (with a Content-Length header)"
 
     async def _forward(self, scope: dict, receive: Callable[[], Awaitable[dict]],
-                       send: Callable[[dict], Awaitable[None]], login_client: str | None, limit: int) -> None:
+                       send: Callable[[dict], Awaitable[None]], login_client: str | None, limit: int,
+                       anonymous_page: bool = False) -> None:
         """Pass the request on with its body counted; a Gradio login's refusal counts as a failed sign-in.
 
         A body that passes the limit is cut off (the app sees the client disconnect) and whatever the app
         answers to that is replaced by 413: FastAPI turns any error while reading a body into its own 400.
+        ``anonymous_page``: a GET by someone not signed in; an HTML answer loses Gradio's embedded API description.
         """
+        if anonymous_page:
+            send = _without_api_info(send)
         received, started, cut_off = 0, False, False
 
         async def counted_receive() -> dict:
@@ -170,6 +202,39 @@ class RequestGuard:
         await self.app(scope, counted_receive, watched_send)
         if cut_off and not started:
             await _reply(send, 413, self._too_large(limit), "body")
+
+
+def _gradio_session(scope: dict, headers: dict[bytes, bytes]) -> bool:
+    """Whether the request carries a live Gradio sign-in cookie (the lookup the UI put on the app's state)."""
+    lookup = getattr(getattr(scope.get("app"), "state", None), "gradio_user", None)
+    cookies = cookie_parser(headers.get(b"cookie", b"").decode("latin-1"))
+    return lookup is not None and lookup(cookies) is not None
+
+
+def _without_api_info(send: Callable[[dict], Awaitable[None]]) -> Callable[[dict], Awaitable[None]]:
+    """``send`` for an HTML answer with Gradio's embedded API description replaced by null (other answers pass
+    through). The page is small (the login page is about 6 KB): it is held until its last body part."""
+    start: dict | None = None
+    parts: list[bytes] = []
+
+    async def filtered(message: dict) -> None:
+        nonlocal start
+        if message["type"] == "http.response.start":
+            content_type = dict(message.get("headers") or []).get(b"content-type", b"")
+            if content_type.startswith(b"text/html"):
+                start = message
+                return
+        elif message["type"] == "http.response.body" and start is not None:
+            parts.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            body = EMBEDDED_API_INFO.sub(NO_API_INFO, b"".join(parts))
+            headers = [(k, v) for k, v in start.get("headers") or [] if k != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            message = {"type": "http.response.body", "body": body}
+        await send(message)
+
+    return filtered
 
 
 async def _reply(send: Callable[[dict], Awaitable[None]], status: int, message: str, field: str,

@@ -17,6 +17,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_ui_conditioning.py": ("browser", "slow"),
     "tests/test_campaigns.py": ("slow",),  # nano pairs in bulk
     "tests/test_search.py::test_a_nano_candidate_is_generated_judged_and_removed_from_the_engine": ("slow",),
+    "tests/test_guard.py::test_sigterm_stops_a_server_whose_heartbeats_are_held_open": ("slow",),  # app.py served
     "tests/test_review_studio_e2e.py": ("browser", "slow"),
     "tests/test_kernels_gpu.py": ("gpu",),
     "tests/test_conditioner.py": ("slow",),  # saves and reloads a 60-layer Qwen3-VL

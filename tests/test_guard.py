@@ -4,6 +4,7 @@ pages --auth must protect. An engine-less service is enough: nothing here genera
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 
 import pytest
@@ -124,3 +125,102 @@ def test_requests_without_credentials_do_not_lock_the_right_user_out(service):
         for _ in range(10):  # a wrong password still counts
             assert client.get("/v1/pairs", auth=("alice", "guess")).status_code == 401
         assert client.get("/v1/pairs", auth=("alice", "wonder")).status_code == 429
+
+
+def _first_status(app, path: str, headers: list[tuple[bytes, bytes]]) -> int:
+    """The status a (possibly endless) streaming GET starts with; the client disconnects once it has it."""
+    started, statuses, asked = asyncio.Event(), [], []
+
+    async def receive():
+        if not asked:
+            asked.append(True)
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await started.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+            started.set()
+
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": "GET", "path": path, "raw_path": path.encode(), "root_path": "", "scheme": "http",
+             "query_string": b"", "headers": headers, "client": ("203.0.113.9", 5000), "server": ("127.0.0.1", 80)}
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 60))
+    return statuses[0]
+
+
+def test_under_auth_the_ui_leaks_no_api_and_holds_no_anonymous_streams(service):
+    """Issue 42 findings 6 and 8: under --auth, GET /gradio_api/heartbeat/<any> needed no sign-in (a stream anyone
+    could hold open), the login page embedded the UI's API description (every endpoint and its parameters) and
+    GET /models answered without credentials."""
+    import gradio as gr
+
+    from studio.ui.mount import mount_ui
+
+    with gr.Blocks() as ui:
+        button, out = gr.Button("go"), gr.Textbox()
+        button.click(lambda: "done", None, out, api_name="secret_endpoint")
+    app = mount_ui(create_app(service, accounts=ACCOUNTS, close_on_shutdown=False), ui, ACCOUNTS)
+    basic = [(b"authorization", b"Basic " + base64.b64encode(b"alice:wonder"))]
+    with TestClient(app) as client:
+        login_page = client.get("/")
+        assert login_page.status_code == 200 and "auth_required" in login_page.text
+        assert "secret_endpoint" not in login_page.text  # was in window.gradio_api_info
+        assert client.get("/models").status_code == 401
+        assert client.get("/models", auth=("alice", "wonder")).status_code == 503  # the engine is not loaded here
+        assert _first_status(app, "/gradio_api/heartbeat/any-session", []) == 401
+        signed_in = client.post("/login", data={"username": "alice", "password": "wonder"})
+        assert signed_in.status_code == 200
+        cookie = "; ".join(f"{name}={value}" for name, value in client.cookies.items())
+        assert "secret_endpoint" in client.get("/").text  # a signed-in browser still gets its page whole
+    assert _first_status(app, "/gradio_api/heartbeat/any-session", [(b"cookie", cookie.encode())]) == 200
+    assert _first_status(app, "/gradio_api/heartbeat/any-session", basic) == 200
+
+
+def test_sigterm_stops_a_server_whose_heartbeats_are_held_open(tmp_path):
+    """Issue 42 finding 6: Gradio's heartbeat streams never end by themselves, and uvicorn waited for them: 500
+    held streams kept SIGTERM from stopping the server for 45 s and more. app.py now gives open connections
+    GRACEFUL_SHUTDOWN_S, then cancels them and closes the service: the process exits on its own."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import app as studio_app
+
+    (tmp_path / "users.txt").write_text("alice:wonder\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = Path(__file__).resolve().parent.parent
+    server = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--data-dir", str(tmp_path / "data"),
+                               "--auth", str(tmp_path / "users.txt")], cwd=root, stdout=subprocess.DEVNULL,
+                              stderr=(tmp_path / "server.log").open("w"))  # a file: a full pipe would block it
+    held = []
+    try:
+        request = (f"GET /gradio_api/heartbeat/held-{{}} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic "
+                   f"{base64.b64encode(b'alice:wonder').decode()}\r\n\r\n")
+        deadline = time.monotonic() + 240
+        while not held:
+            assert server.poll() is None and time.monotonic() < deadline, "the server did not come up"
+            try:
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+            except OSError:
+                time.sleep(0.5)
+        held += [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(19)]
+        for index, stream in enumerate(held):
+            stream.sendall(request.format(index).encode())
+            assert b"200 OK" in stream.recv(4096)  # the stream is open and held
+        server.send_signal(signal.SIGTERM)
+        # Bounded: the grace period plus closing the service (the nano's loader, the job queue); before, the
+        # server never exited while the streams were held.
+        assert server.wait(timeout=studio_app.GRACEFUL_SHUTDOWN_S + 60) is not None
+    finally:
+        for stream in held:
+            stream.close()
+        if server.poll() is None:
+            server.kill()
+            server.wait(30)

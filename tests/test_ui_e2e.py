@@ -49,7 +49,6 @@ def serve(argv: list[str]) -> None:
     import torch
 
     torch.set_num_threads(1)  # the test box has 2 shared cores: one thread is ~10× faster under load
-    import gradio as gr
     import uvicorn
 
     import app as studio_app
@@ -58,6 +57,7 @@ def serve(argv: list[str]) -> None:
     from studio.auth import load_accounts
     from studio.service import StudioService
     from studio.ui import build_ui
+    from studio.ui.mount import mount_ui
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
@@ -71,9 +71,7 @@ def serve(argv: list[str]) -> None:
     service = StudioService.open(args.data_dir, approval_rule=rule)
     loader = studio_app.engine_loader(None, None)
     service.start_loading(loader)
-    fastapi_app = gr.mount_gradio_app(create_app(service, accounts=accounts, loader=loader),
-                                      build_ui(service, accounts), path="/",
-                                      auth=accounts.gradio_auth() if accounts else None)
+    fastapi_app = mount_ui(create_app(service, accounts=accounts, loader=loader), build_ui(service, accounts), accounts)
     uvicorn.run(fastapi_app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
