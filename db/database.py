@@ -69,7 +69,15 @@ def is_read_only_error(exc: Any, data_dir: Path) -> bool:
     name = getattr(exc.orig, "sqlite_errorname", "")
     if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
         return True
-    return name.startswith("SQLITE_IOERR") and not data_dir_writable(data_dir)
+    return is_io_error(exc) and not data_dir_writable(data_dir)
+
+
+def is_io_error(exc: Any) -> bool:
+    """SQLite's "disk I/O error" (SQLITE_IOERR and its extended codes). A file system that hit an error can refuse
+    every write before its mount flags or access() say it is read-only (ext4 errors=remount-ro on recent kernels,
+    issue 42), so an I/O error is a write the data dir could not take, whatever those say."""
+    name = getattr(exc.orig, "sqlite_errorname", "")
+    return name.startswith("SQLITE_IOERR") or (not name and "disk i/o error" in str(exc.orig).lower())
 
 
 def data_dir_writable(data_dir: Path) -> bool:

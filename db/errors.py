@@ -53,3 +53,13 @@ class DataDirReadOnly(RuntimeError):
 
     MESSAGE = ("the data dir is read-only (its file system or permissions no longer allow writing): nothing was "
                "saved; stored pairs, clips and verdicts can still be read. Make the data dir writable and retry")
+
+
+class DataDirIOError(DataDirReadOnly):
+    """The data dir's disk failed a write with an I/O error (SQLite's "disk I/O error", EIO): what a file system
+    does when it hits an error and turns itself read-only (ext4 errors=remount-ro) before its mount says so.
+    Nothing of the write was kept; REST answers 503 naming the cause, as for a read-only data dir."""
+
+    MESSAGE = ("the data dir's disk failed a write (disk I/O error; a file system that hit an error may have turned "
+               "itself read-only): nothing was saved; stored pairs, clips and verdicts can still be read. Check the "
+               "disk and its kernel log, make the data dir writable again and retry")

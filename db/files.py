@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from db.errors import DataDirReadOnly, StorageFull, StoreError
+from db.errors import DataDirIOError, DataDirReadOnly, StorageFull, StoreError
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -55,6 +55,8 @@ def read_only_reported() -> Iterator[None]:
     except OSError as error:
         if error.errno in READ_ONLY_ERRNOS:
             raise DataDirReadOnly(DataDirReadOnly.MESSAGE) from error
+        if error.errno == errno.EIO:
+            raise DataDirIOError(DataDirIOError.MESSAGE) from error
         raise
 
 

@@ -29,8 +29,25 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import convert
 from db import validate as check
-from db.database import BEGIN_MODE_OPTION, connect, data_dir_writable, is_read_only_error, make_engine, upgrade
-from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
+from db.database import (
+    BEGIN_MODE_OPTION,
+    connect,
+    data_dir_writable,
+    is_io_error,
+    is_read_only_error,
+    make_engine,
+    upgrade,
+)
+from db.errors import (
+    ClipIntegrityError,
+    ClipMissing,
+    Conflict,
+    DataDirIOError,
+    DataDirReadOnly,
+    NotFound,
+    StorageFull,
+    StoreError,
+)
 from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath
 from db.keys import canonical_json, configuration_key, new_id, normalise_duration, sha256_hex, utc_now, with_tier_name
 from db.lookup import row_by_id
@@ -153,12 +170,14 @@ class Store(ReviewStore):
             except OperationalError as exc:
                 if _is_full_error(exc):  # SQLITE_FULL: the transaction was rolled back
                     raise StorageFull(StorageFull.MESSAGE) from exc
-                if is_read_only_error(exc, self.data_dir):  # nothing was written; reads still work
-                    # A connection opened while the files were read-only stays read-only: drop the idle ones (the
-                    # anchor keeps the WAL index) and, when the data dir is writable again, try once more.
+                if is_read_only_error(exc, self.data_dir) or is_io_error(exc):  # nothing was written
+                    # A connection opened while the files were read-only stays read-only, one that met an I/O
+                    # error may be left in a bad state: drop the idle ones (the anchor keeps the WAL index) and,
+                    # when the data dir is writable again, try once more.
                     self._engine.dispose()
                     if reopened or not data_dir_writable(self.data_dir):
-                        raise DataDirReadOnly(DataDirReadOnly.MESSAGE) from exc
+                        unwritable = DataDirReadOnly if is_read_only_error(exc, self.data_dir) else DataDirIOError
+                        raise unwritable(unwritable.MESSAGE) from exc
                     reopened = True
                     continue
                 if not _is_lock_error(exc) or attempt == LOCK_RETRIES - 1:

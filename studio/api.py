@@ -32,7 +32,16 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from db.errors import ClipIntegrityError, ClipMissing, Conflict, DataDirReadOnly, NotFound, StorageFull, StoreError
+from db.errors import (
+    ClipIntegrityError,
+    ClipMissing,
+    Conflict,
+    DataDirIOError,
+    DataDirReadOnly,
+    NotFound,
+    StorageFull,
+    StoreError,
+)
 from engine.errors import RequestError
 from engine.request import validate_prompt
 from studio.api_models import (
@@ -299,8 +308,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DataDirReadOnly)
     async def read_only(_: Request, error: DataDirReadOnly) -> JSONResponse:
-        log.error("data dir read-only: %s", error.__cause__ or error)
-        return _error(503, str(error), None, "data_dir_read_only", {"Retry-After": "60"})
+        log.error("data dir unavailable for writes: %s", error.__cause__ or error)
+        kind = "data_dir_io_error" if isinstance(error, DataDirIOError) else "data_dir_read_only"
+        return _error(503, str(error), None, kind, {"Retry-After": "60"})
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:

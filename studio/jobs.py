@@ -10,7 +10,11 @@ memory so status polls answer from a dict lookup and a database read, never from
                                                     └─ any exception ──────────────────────────────► failed
 
 A job that raises only fails itself: the worker records the error and takes the next job (the engine removes
-its per-request hooks on the way out, so the model is unchanged).
+its per-request hooks on the way out, so the model is unchanged). A failure the store cannot take (the data dir
+turned read-only, a disk I/O error, a full disk) is kept here: the job reads as failed, the workers retry recording
+it every RECORD_RETRY_S seconds, and its listeners (the pair waiting for it) hear of it once it is recorded; a
+restart records what never was (db.Store's recovery). Before, such a job and its pair stayed "in_progress" for
+as long as the server ran (issue 42).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from db import ClipRecord, Store
-from db.errors import Conflict, NotFound
+from db.errors import Conflict, DataDirReadOnly, NotFound, StorageFull
 from engine.errors import GenerationCancelled
 from engine.interface import GenerationEngine
 
@@ -34,6 +38,8 @@ log = logging.getLogger(__name__)
 CANCELLED_MESSAGE = "cancelled by request"
 PROGRESS_WRITE_INTERVAL_S = 0.5  # persist progress at most twice a second; polls read the in-memory value
 DENOISE_PROGRESS_CAP = 99  # decoding and muxing follow the last step: 100 means "the clip is stored"
+RECORD_RETRY_S = 5.0  # how often a failure the data dir could not take is tried again
+UNWRITABLE = (DataDirReadOnly, StorageFull)  # the store could not take a write; it may later
 
 
 class QueueFull(RuntimeError):
@@ -118,6 +124,7 @@ class JobQueue:
         self._jobs: dict[str, Job] = {}  # queued and running jobs by video id
         self._reserved = 0
         self._running: dict[str, Job] = {}  # by video id, in start order
+        self._unrecorded: dict[str, JobOutcome] = {}  # failures the store could not take yet, by video id
         self._cond = threading.Condition()
         self._stopping = False
         self._workers = [threading.Thread(target=self._work, name=f"{name}-worker-{index}", daemon=True)
@@ -194,10 +201,19 @@ class JobQueue:
     # ------------------------------------------------------------------------------------- observing
 
     def progress(self, video_id: str) -> tuple[str, int] | None:
-        """(state, progress 0–100) of a queued or running job, or None if the queue no longer holds it."""
+        """(state, progress 0–100) of a queued or running job, ("failed", 0) of one whose failure is not recorded
+        yet, or None if the queue no longer holds it."""
         with self._cond:
             job = self._jobs.get(video_id)
-            return None if job is None else (job.state, job.progress)
+            if job is None:
+                return ("failed", 0) if video_id in self._unrecorded else None
+            return job.state, job.progress
+
+    def unrecorded_error(self, video_id: str) -> str | None:
+        """The error of a failed job the store could not record yet (None otherwise)."""
+        with self._cond:
+            outcome = self._unrecorded.get(video_id)
+            return None if outcome is None else f"{outcome.error} (not yet recorded: the data dir cannot be written)"
 
     def position(self, video_id: str) -> int | None:
         """0 while running, 1.. while waiting (1 = next), None if not held."""
@@ -259,9 +275,11 @@ class JobQueue:
 
     def _work(self) -> None:
         while True:
+            self._record_unrecorded()
             with self._cond:
-                while not self._pending and not self._stopping:
-                    self._cond.wait()
+                if not self._pending and not self._stopping:
+                    self._cond.wait(RECORD_RETRY_S if self._unrecorded else None)
+                    continue
                 if self._stopping and not self._pending:
                     return
                 job = self._pending.popleft()
@@ -315,15 +333,31 @@ class JobQueue:
                 log.exception("could not persist progress of %s", job.video_id)
 
     def _finish(self, outcome: JobOutcome) -> None:
-        """Persist a failure (completion was persisted with its clip) and tell the listener."""
+        """Persist a failure (completion was persisted with its clip) and tell the listener; a failure the data dir
+        cannot take now is kept for the workers to record later, and the listener hears of it then."""
         if outcome.status == "failed":
             try:
                 self.store.update_video(outcome.video_id, status="failed", error=outcome.error)
             except (NotFound, Conflict):
                 pass  # deleted meanwhile, or already final: nothing left to record
+            except UNWRITABLE as error:
+                log.error("could not record that %s failed (%s); retrying every %g s", outcome.video_id, error,
+                          RECORD_RETRY_S)
+                with self._cond:
+                    self._unrecorded[outcome.video_id] = outcome
+                    self._cond.notify_all()
+                return
             except Exception:  # noqa: BLE001 - e.g. a locked database: log it, keep the worker alive
                 log.exception("could not record the failure of %s", outcome.video_id)
         self._notify(self.on_finish, outcome)
+
+    def _record_unrecorded(self) -> None:
+        """Try again to record the failures the data dir could not take (each is taken by one worker at a time)."""
+        with self._cond:
+            outcomes = list(self._unrecorded.values())
+            self._unrecorded.clear()
+        for outcome in outcomes:
+            self._finish(outcome)  # kept again if the data dir still cannot take it
 
     @staticmethod
     def _notify(listener: Callable | None, argument: Any) -> None:

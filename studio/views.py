@@ -107,16 +107,19 @@ def video_view(record: VideoRecord, clip: ClipRecord | None, queues: list[JobQue
     progress and position of the queue that holds it, if any."""
     holder = next((q for q in queues if q.progress(record.id) is not None), None)
     live = holder.progress(record.id) if holder else None
-    progress = record.progress
+    progress, status, error = record.progress, record.status, record.error
     if live is not None and record.status not in TERMINAL_STATUSES:
         progress = max(progress, live[1])
+        unrecorded = holder.unrecorded_error(record.id)
+        if unrecorded is not None:  # failed, but the data dir could not record it yet (studio/jobs.py)
+            status, error = "failed", unrecorded
     request = record.request
     return VideoView(
-        id=record.id, status=record.status, progress=progress, tier=record.tier, model=record.model,
+        id=record.id, status=status, progress=progress, tier=record.tier, model=record.model,
         prompt=request.get("prompt", ""), seed=request.get("seed"),
         width=clip.width if clip else request.get("width"), height=clip.height if clip else request.get("height"),
         seconds=clip.duration_seconds if clip else request.get("seconds"),
-        created_at=record.created_at, completed_at=record.completed_at, error=hide_paths(record.error),
+        created_at=record.created_at, completed_at=record.completed_at, error=hide_paths(error),
         inference_time_s=record.inference_time_s, peak_memory_mb=record.peak_memory_mb,
         queue_position=holder.position(record.id) if holder else None,
         clip_sha=record.clip_sha, clip_path=clip.path if clip else None,
@@ -134,11 +137,19 @@ def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView
     """A pair's view from its record, its two videos' views, its metrics (summary, status, message), verdicts and
     the notes on its prompt (engine/prompt_guide.py)."""
     summary, status, message = metrics
+    pair_status, pair_error = pair.status, pair.error
+    failed = next(((role, v) for role, v in (("baseline", baseline), ("candidate", candidate))
+                   if v is not None and v.status == "failed"), None)
+    if failed is not None and pair.status not in TERMINAL_STATUSES:
+        # A video failed and the pair's own record is not updated yet (it waits for the data dir, studio/jobs.py):
+        # a pair with a failed video can only fail, so it reads as failed already.
+        role, video = failed
+        pair_status, pair_error = "failed", f"{role} video {video.id} failed: {video.error}"
     return PairView(
-        id=pair.id, status=pair.status, prompt=pair.prompt, seed=pair.seed, tier=pair.tier_name,
+        id=pair.id, status=pair_status, prompt=pair.prompt, seed=pair.seed, tier=pair.tier_name,
         tier_config=pair.tier_config, target=pair.target, model_id=pair.model_id,
         configuration_key=pair.configuration_key, created_at=pair.created_at, updated_at=pair.updated_at,
-        error=hide_paths(pair.error), baseline=baseline, candidate=candidate,
+        error=hide_paths(pair_error), baseline=baseline, candidate=candidate,
         baseline_reused=bool(baseline and baseline.reused_clip),
         speedup=_ratio(baseline and baseline.inference_time_s, candidate and candidate.inference_time_s),
         denoise_speedup=_ratio(baseline and baseline.timings.get("denoise"),
