@@ -28,6 +28,7 @@ from engine.conditioning import INPUT_FIELDS
 from engine.errors import RequestError
 from engine.interface import RequestPlan
 from studio.jobs import JobOutcome
+from studio.public_text import hide_paths
 from studio.quality.summary import QualitySummary, SummaryError
 from studio.review import configuration_snapshot
 
@@ -228,7 +229,8 @@ class PairFlow:
             return QualitySummary.from_cached(result).to_json()
         except Exception as error:  # noqa: BLE001 - QualityError or anything a young module raises
             log.warning("quality comparison of %s failed: %s", pair.id, error)
-            return {"error": f"{type(error).__name__}: {error}"}
+            # Stored and shown: no server paths (a full disk's OSError names the overlay file it could not write).
+            return {"error": hide_paths(f"{type(error).__name__}: {error}")}
 
     def schedule_missing_metrics(self) -> int:
         """Queue comparisons for completed pairs without metrics (made while the module was missing)."""

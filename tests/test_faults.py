@@ -205,6 +205,12 @@ def test_a_failing_recompute_keeps_the_good_metrics(served_pair) -> None:
     response = client.post(f"/v1/pairs/{pair.id}/metrics")
     assert response.status_code == 409 and "stored metrics were kept" in response.json()["error"]["message"]
     assert store.get_pair(pair.id).metrics == good
+    # A full disk while writing the overlays: the 409 named the overlay file's server path (issue 42 finding 8).
+    quality.error = OSError(28, "No space left on device", str(store.data_dir / "overlays" / "k" / "diff_0001.png"))
+    response = client.post(f"/v1/pairs/{pair.id}/metrics")
+    message = response.json()["error"]["message"]
+    assert response.status_code == 409 and "No space left" in message and "diff_0001.png" in message
+    assert str(store.data_dir) not in message and store.get_pair(pair.id).metrics == good
     quality.error = None
     replaced = client.post(f"/v1/pairs/{pair.id}/metrics").json()  # and a good run replaces them
     stored = store.get_pair(pair.id).metrics  # REST names no overlay file (overlay_frames only); the store does
