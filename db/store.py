@@ -27,7 +27,7 @@ from sqlalchemy import Select, func, or_, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import convert
+from db import convert, highwater
 from db import validate as check
 from db.database import (
     BEGIN_MODE_OPTION,
@@ -126,11 +126,17 @@ class Store(ReviewStore):
             # while the data dir is read-only, a new one could not rebuild it and even reads would fail.
             self._anchor = connect(self.db_path)
             self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+            # Rows committed before that this database no longer holds (a lost WAL): refuse (db/highwater.py).
+            self._rows = self._read(highwater.measure)
+            highwater.check(self.db_path, self._rows, highwater.recorded(self.db_path))
+            highwater.record(self.db_path, self._rows)
             self.recovered_video_ids: list[str] = []
             self.resumable_videos: list[VideoRecord] = []
             if recover:
                 self.recovered_video_ids, self.resumable_videos = self._recover_unfinished()
         except BaseException:
+            if getattr(self, "_engine", None) is not None:
+                self._engine.dispose()  # no connection of a refused database stays open in this process
             if getattr(self, "_anchor", None) is not None:
                 self._anchor.close()
             if self._lock is not None:
@@ -165,8 +171,12 @@ class Store(ReviewStore):
                 with self._sessions() as session:
                     session.connection(execution_options=options)
                     result = work(session)
+                    rows = highwater.measure(session) if write else None
                     session.commit()
-                    return result
+                if rows is not None and rows != self._rows:
+                    self._rows = rows
+                    highwater.record(self.db_path, rows)
+                return result
             except OperationalError as exc:
                 if _is_full_error(exc):  # SQLITE_FULL: the transaction was rolled back
                     raise StorageFull(StorageFull.MESSAGE) from exc

@@ -66,6 +66,47 @@ def test_empty_database_without_clips_is_a_new_studio(tmp_path: Path) -> None:
         assert store.list_pairs() == []
 
 
+# Runs in a child process that dies without closing the database (SIGKILL): its last writes are in the WAL only.
+CRASH_AFTER_WRITES = """
+import os, signal, sys
+from db import ApprovalRule, Store
+from tests.test_db import completed_pair
+store = Store(sys.argv[1])
+for index in range(3):
+    pair = completed_pair(store, f"a fox {index}", seed=index)
+    store.add_verdict(pair.id, "ana", "accept", [])
+store.set_approval_rule(ApprovalRule(min_reviewers=1), "root")
+print("written", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_wal_lost_after_a_crash_refuses_to_start_naming_what_is_missing(tmp_path: Path) -> None:
+    """Issue 42 finding 8: a WAL deleted after a crash started the server silently with 1 of 4 pairs, 5 of 59
+    verdicts and 0 of 102 rule versions. The rows the database held are recorded beside it (db/highwater.py)."""
+    data = tmp_path / "data"
+    with Store(data) as store:  # a clean close: this much is checkpointed into studio.db
+        completed_pair(store, "an owl")
+    crashed = subprocess.run([sys.executable, "-c", CRASH_AFTER_WRITES, str(data)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert crashed.stdout.strip() == "written", crashed.stderr[-2000:]
+    wal = data / "studio.db-wal"
+    assert wal.stat().st_size > 0  # the crash's writes live there
+    kept = wal.read_bytes()
+    wal.unlink()
+    kept_files = ("studio.db", "studio.db-rows")
+    before = {name: (data / name).read_bytes() for name in kept_files}
+    with pytest.raises(DataDirError, match=r"pairs: 3 of 4 missing; verdict versions: 3 of 3 missing; "
+                                           r"approval-rule versions: 1 of 1 missing; stored clips: 6 of 8 missing.*"
+                                           r"studio\.db-wal.*delete .*studio\.db-rows"):
+        Store(data)
+    assert {name: (data / name).read_bytes() for name in kept_files} == before  # nothing was changed (SQLite
+    assert not wal.exists() or wal.stat().st_size == 0  # may open an empty log: it holds no write)
+    wal.write_bytes(kept)  # the log put back: the studio opens with everything
+    with Store(data) as store:
+        assert (len(store.list_pairs()), len(store.list_verdicts())) == (4, 3)
+
+
 def test_app_reports_a_lost_database_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import uvicorn
