@@ -9,12 +9,11 @@
    the oldest failure leaves the window. A success does not reset the count (it would let guessing interleave with a
    known account). A request without credentials is refused (401) but is no failed sign-in: counting it let
    ten anonymous requests lock the right user out of a shared address (issue 42).
-
 4. With --auth, the Gradio UI's paths that Gradio itself leaves open: its heartbeat stream
    (``/gradio_api/heartbeat/<any>``) needs a signed-in caller (a Gradio sign-in cookie or HTTP Basic), and a page
    served to someone not signed in (the login page) goes out without the API description Gradio embeds in it
    (``window.gradio_api_info``: every endpoint and its parameters, issue 42). The Gradio session lookup is set on
-   the app's state by the UI (``app.state.gradio_user``, studio/ui/sessions.py).
+   the app's state by the UI (``app.state.gradio_user``, studio/ui/mount.py).
 
 Why middleware and not FastAPI dependencies: FastAPI reads and parses the body before it runs dependencies.
 """
