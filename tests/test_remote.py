@@ -424,8 +424,10 @@ class StudioServer:
 def servers(tmp_path_factory):
     """Four real servers, started together: a baseline, two turbo (one tier, load-balanced) and one to kill."""
     data_dir = tmp_path_factory.mktemp("remotes")
-    started = {name: StudioServer(name, tier, data_dir) for name, tier in
-               (("base", "baseline"), ("turbo-a", "turbo"), ("turbo-b", "turbo"), ("victim", "baseline"))}
+    # The victim must accept a job long enough to be killed mid-denoise: past the default --max-job-seconds.
+    started = {name: StudioServer(name, tier, data_dir, *args) for name, tier, args in
+               (("base", "baseline", ()), ("turbo-a", "turbo", ()), ("turbo-b", "turbo", ()),
+                ("victim", "baseline", ("--max-job-seconds", "1000000")))}
     try:
         wait_until(lambda: all(s.ready() for s in started.values()), TIMEOUT_S, 0.5, "the servers to load")
         yield started
