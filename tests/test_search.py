@@ -8,7 +8,7 @@ import pytest
 
 from engine.errors import RequestError
 from engine.tiers import TierTable
-from studio.search import CaseResult, SearchRun, SearchSpec, load
+from studio.search import CaseResult, SearchRun, SearchSpec, load, report
 from studio.search.study import objectives
 
 PROMPTS = ["p0", "p1", "p2"]
@@ -133,3 +133,60 @@ def test_a_nano_candidate_is_generated_judged_and_removed_from_the_engine(nano_e
     assert set(case["figures"]) >= {"subject_present", "subject_flip"} and case["baseline_cost_s"] > 0
     assert row["feasible"] == (not case["failed"])
     assert list(nano_engine.tiers.tiers) == tiers_before  # the candidate tier served one request only
+
+
+def test_every_cost_is_labelled_and_the_modelled_cost_sits_beside_the_measured_one(tmp_path):
+    from engine.tiers import with_knobs
+    from studio.search.cost import CostModel
+
+    class HitsEvaluator(StubEvaluator):
+        """Reports the steps its clip ran and the cache hits it had, as EngineEvaluator does."""
+
+        def evaluate(self, tier, prompt, seed, request):
+            result = super().evaluate(tier, prompt, seed, request)
+            hits = (4, 6, 8) if tier.sparse.tile == 16 else ()
+            return CaseResult(**{**result.__dict__, "steps_run": 50, "cache_hits": hits})
+
+    result = SearchRun(tmp_path, HitsEvaluator()).start(spec(candidates=8))
+    assert result["cost"]["objective"] == "measured"
+    assert result["cost"]["measured"]["label"] == result["cost"]["label"] == "measured on stub"
+    assert result["cost"]["modelled"]["label"].startswith("modelled: full-size clip on the NVIDIA H200")
+    model, sol = CostModel(), TierTable.load().get("sol")
+    complete = [row for row in result["candidates"] if row["state"] == "complete"]
+    assert complete
+    for row in complete:
+        assert row["cost"]["measured_s"] == row["objectives"]["cost_s"]
+        tier = with_knobs(sol, row["knobs"])
+        hits = [4, 6, 8] if row["knobs"]["sparse.tile"] == 16 else []
+        assert row["cost"]["modelled_s"] == pytest.approx(model.modelled(tier, 5.0, hits, 50), abs=1e-3)
+    # Fewer cache hits: dearer at full size, whatever the stub's measured cost says.
+    # (The bucket knob changes no modelled cost: the tile's rows agree whatever their bucket.)
+    by_tile = {row["knobs"]["sparse.tile"]: row["cost"]["modelled_s"] for row in complete}
+    assert by_tile[16] < by_tile[64]  # both visited (the sampler is seeded)
+    feasible = [row["cost"]["modelled_s"] for row in complete if row["feasible"]]
+    assert result["best_modelled_cost_s"] == min(feasible)
+    references = {row["tier"]: row for row in result["reference_modelled"]}
+    assert references["sol"]["modelled_s"] == pytest.approx(model.modelled(sol, 5.0), abs=1e-3)
+    assert references["fp8"]["modelled_s"] is None and "fp8" in references["fp8"]["modelled_note"]
+    shown = report(load(tmp_path, "s")[0])  # what `python -m studio.search show` prints: the same labels
+    assert shown["cost"] == result["cost"] and shown["candidates"][0].get("cost") == result["candidates"][0].get("cost")
+
+
+def test_an_fp8_candidate_has_no_modelled_cost_and_says_why(tmp_path):
+    fp8 = SearchSpec.parse({"name": "f8", "base_tier": "fp8", "prompts": ["p0"], "candidates": 1,
+                            "knobs": {"bucket": {"choices": [64]}}})
+
+    class Any8(StubEvaluator):
+        def evaluate(self, tier, prompt, seed, request):
+            return CaseResult(prompt, seed, 2.0, 3.0, (), {"subject_present": 0.9, "subject_flip": 0.1})
+
+    row = SearchRun(tmp_path, Any8()).start(fp8)["candidates"][0]
+    assert row["cost"]["measured_s"] == 2.0 and row["cost"]["modelled_s"] is None
+    assert "fp8" in row["cost"]["modelled_note"]
+
+
+@pytest.mark.parametrize("name", ["a.b", "x\n", "", "-x", "n" * 56])
+def test_a_search_name_its_candidates_tiers_could_not_carry_is_refused(name):
+    with pytest.raises(RequestError) as error:
+        SearchSpec.parse({"name": name, "prompts": ["a"], "knobs": {"bucket": None}})
+    assert error.value.field == "name"

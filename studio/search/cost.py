@@ -11,6 +11,7 @@ same techniques (baseline, turbo, sol, turbo-sparse), or the median ratio when n
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -86,3 +87,24 @@ class CostModel:
         if hits is None:
             hits = most_hits(TierPlan(tier, steps or tier.steps, LAYERS))
         return self.composed(tier, duration_s, hits, steps) * self.ratio(tier)
+
+
+DEFAULT_DURATION_S = 5.0  # a search that names no duration runs the model's default clip, 5 s on the nano and H3
+CACHE_NOTE = "cache hits: the steps the candidate's own clip skipped (references: the most the cache's rules allow)"
+
+
+@functools.lru_cache(maxsize=1)
+def shared_model() -> CostModel:
+    """The one CostModel a process needs (its figures are files in the repo; read once)."""
+    return CostModel()
+
+
+def modelled_or_reason(tier: TierSpec, duration_s: float, hits: list[int] | None = None,
+                       steps: int | None = None) -> tuple[float | None, str | None]:
+    """(modelled seconds, None), or (None, why not): an fp8 tier has no measured block cost."""
+    try:
+        return round(shared_model().modelled(tier, duration_s, hits, steps), 4), None
+    except ValueError as error:
+        return None, str(error)
+    except (OSError, KeyError) as error:  # bench/results missing from a trimmed install
+        return None, f"no bench figures to model from ({type(error).__name__}: {error})"

@@ -34,6 +34,10 @@ class CaseResult:
     figures: dict[str, float | None]
     worst_frame: int = 0
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    # What the candidate's clip ran: its denoising steps and the steps the first-block cache skipped (None: not
+    # known, e.g. a stub). The modelled full-size cost (cost.py) follows the same steps and hits.
+    steps_run: int | None = None
+    cache_hits: tuple[int, ...] | None = None
 
     @property
     def passed(self) -> bool:
@@ -42,6 +46,8 @@ class CaseResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["failed"], data["reasons"] = list(self.failed), list(self.reasons)
+        if self.cache_hits is not None:
+            data["cache_hits"] = list(self.cache_hits)
         return data
 
 
@@ -89,14 +95,15 @@ class EngineEvaluator:
         try:
             with os.fdopen(handle, "wb") as out:
                 out.write(clip.mp4)
-            return read_clip(path), clip.inference_time_s
+            return read_clip(path), clip
         finally:
             os.unlink(path)
 
     def baseline(self, prompt: str, seed: int, request: dict[str, Any]):
         key = (prompt, seed, tuple(sorted(request.items())))
         if key not in self._baselines:
-            self._baselines[key] = self._clip({**request, "prompt": prompt, "seed": seed, "tier": "baseline"})
+            frames, clip = self._clip({**request, "prompt": prompt, "seed": seed, "tier": "baseline"})
+            self._baselines[key] = (frames, clip.inference_time_s)
         return self._baselines[key]
 
     def evaluate(self, tier: TierSpec, prompt: str, seed: int, request: dict[str, Any]) -> CaseResult:
@@ -104,15 +111,21 @@ class EngineEvaluator:
 
         base, base_cost = self.baseline(prompt, seed, request)
         table = self.engine.tiers.tiers
+        before = table.get(tier.name)
         table[tier.name] = tier  # served for this one request; the engine's lock keeps requests one at a time
         try:
-            candidate, cost = self._clip({**request, "prompt": prompt, "seed": seed, "tier": tier.name})
+            candidate, clip = self._clip({**request, "prompt": prompt, "seed": seed, "tier": tier.name})
         finally:
-            table.pop(tier.name, None)
+            if before is None:
+                table.pop(tier.name, None)
+            else:
+                table[tier.name] = before  # a candidate already registered for review stays registered
+        cost = clip.inference_time_s
+        hits = tuple(index for index, step in enumerate(clip.steps) if step.get("cache") == "hit")
         comparison = compare_clips(base, candidate, gates=self.gates, lpips=self._scorer is not None,
                                    lpips_scorer=self._scorer)
         summary = comparison.summary()
         failed = tuple(name for name, entry in summary["gates"].items() if entry["passed"] is False)
         return CaseResult(prompt, seed, round(cost, 4), round(base_cost, 4), failed,
                           {name: summary.get(name) for name in QUALITY_FIGURES}, int(summary["worst_frame"]),
-                          tuple(summary["suggestion_reasons"]))
+                          tuple(summary["suggestion_reasons"]), len(clip.steps) or None, hits)

@@ -26,7 +26,7 @@ from .space import SearchSpace
 SPEC_FIELDS = ("name", "base_tier", "knobs", "suite", "prompts", "prompt_count", "seeds", "candidates", "seconds",
                "request", "sampler_seed")
 REQUEST_FIELDS = ("duration_seconds", "short_edge", "aspect_ratio", "steps", "force")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,54}$")  # a candidate's tier is NAME-c<n>: tier-name rules
 MAX_CANDIDATES = 10_000
 
 
@@ -66,8 +66,9 @@ class SearchSpec:
         if unknown:
             raise RequestError(unknown[0], f"unknown field; allowed: {', '.join(SPEC_FIELDS)}")
         name = payload.get("name")
-        if not isinstance(name, str) or not NAME.match(name):
-            raise RequestError("name", "is required: 1-64 letters, digits, '.', '_' or '-'")
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise RequestError("name", "is required: 1-55 letters, digits, '_' or '-' (its candidates' tiers are "
+                               "named <name>-c<n>)")
         base_tier = payload.get("base_tier", "baseline")
         if not isinstance(base_tier, str):
             raise RequestError("base_tier", "must be a tier name")
