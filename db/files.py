@@ -36,6 +36,11 @@ def sidecar_relpath(sha: str) -> Path:
     return clip_relpath(sha).with_suffix(".json")
 
 
+def trajectory_relpath(sha: str) -> Path:
+    """A clip's recorded denoising trajectory (issue 37), beside its MP4: ``clips/ab/abcdef….trajectory.npz``."""
+    return clip_relpath(sha).with_suffix(".trajectory.npz")
+
+
 def _fsync_dir(directory: Path) -> None:
     """Persist a rename: the directory entry must reach disk too (no-op where unsupported)."""
     with contextlib.suppress(OSError):

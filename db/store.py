@@ -48,7 +48,7 @@ from db.errors import (
     StorageFull,
     StoreError,
 )
-from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath
+from db.files import atomic_write_bytes, check_sha, clip_relpath, sidecar_relpath, trajectory_relpath
 from db.keys import canonical_json, configuration_key, new_id, normalise_duration, sha256_hex, utc_now, with_tier_name
 from db.lookup import row_by_id
 from db.models import ClipRow, Configuration, Pair, VideoJob
@@ -325,6 +325,34 @@ class Store(ReviewStore):
             raise ClipIntegrityError(f"the file of clip {sha[:12]} ({where}) no longer matches its sha256 (it "
                                      "changed on disk); it is not served or compared until restored")
         return path
+
+    def put_trajectory(self, sha: str, data: bytes) -> int:
+        """Store the recorded denoising trajectory of the run that made clip ``sha`` (an npz, engine/trajectory.py)
+        beside the clip's MP4, atomically; returns its size in bytes. Same request, same seed, same clip: a
+        trajectory already stored for the clip is replaced by the newer run's."""
+        check_sha(sha)
+        if not isinstance(data, (bytes, bytearray)) or not data:
+            raise StoreError("trajectory", "must be non-empty bytes")
+        atomic_write_bytes(self.data_dir / trajectory_relpath(sha), bytes(data))
+        return len(data)
+
+    def trajectory_size(self, sha: str | None) -> int | None:
+        """The stored trajectory's size in bytes, None when clip ``sha`` has none."""
+        if not sha:
+            return None
+        try:
+            return (self.data_dir / trajectory_relpath(check_sha(sha))).stat().st_size
+        except OSError:
+            return None
+
+    def read_trajectory(self, sha: str) -> bytes:
+        """The stored trajectory of clip ``sha``; NotFound naming the file's place in the data dir when missing."""
+        where = trajectory_relpath(check_sha(sha))
+        try:
+            return (self.data_dir / where).read_bytes()
+        except FileNotFoundError:
+            raise NotFound("trajectory", f"no recorded trajectory for clip {sha[:12]} ({where.as_posix()} is not in "
+                                         "the data dir)") from None
 
     def find_clip(
         self,

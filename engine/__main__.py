@@ -44,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--reference", metavar="FILE", action="append", default=None,
                           help="ref2va: a reference image (repeat for up to 9, in the order the prompt names them)")
     generate.add_argument("--quiet", action="store_true", help="no progress on stderr (errors only)")
+    generate.add_argument("--trajectory", action="store_true",
+                          help="also record the denoising trajectory (per step x0 pooled to <= 256 cells a latent "
+                               "frame, float16) as FILE.trajectory.npz beside the mp4; compare two with "
+                               "python -m bench.trajectory or the studio (issue 37)")
 
     info = commands.add_parser("info", help="print the model config, parameter counts, token counts and memory plan")
     info.add_argument("--model", default=None)
@@ -154,6 +158,9 @@ def _generate_clip(args) -> int:
     TierTable.load(args.tiers_file).validate(_payload(args))
     if args.ulysses < 1:
         raise RequestError("ulysses", f"must be ≥ 1 (1 = in-process), got {args.ulysses}")
+    if args.trajectory and args.ulysses != 1:
+        raise RequestError("--trajectory", "the sequence-parallel engine does not record trajectories; use "
+                                           "--ulysses 1")
     progress = Progress(args.quiet)
     progress.say(f"loading {args.model or 'the embedded h3-nano'}"
                  + (f" on {args.ulysses} processes" if args.ulysses != 1 else ""))
@@ -168,8 +175,16 @@ def _generate_clip(args) -> int:
         clip = _run(Engine.load(args.model, args.tiers_file, args.device), args, progress)
     mp4_path, json_path = clip.save(args.out)
     progress.say(f"wrote {mp4_path}")
-    print(json.dumps({"mp4": str(mp4_path), "sidecar": str(json_path), "tier": clip.tier, "task": clip.task,
-                      "timings": clip.timings, "tokens": clip.tokens}))
+    out = {"mp4": str(mp4_path), "sidecar": str(json_path), "tier": clip.tier, "task": clip.task,
+           "timings": clip.timings, "tokens": clip.tokens}
+    if clip.trajectory is not None:
+        path = mp4_path.with_suffix(".trajectory.npz")
+        path.write_bytes(clip.trajectory.to_npz())
+        out.update(trajectory=str(path), trajectory_bytes=path.stat().st_size,
+                   trajectory_x0_bytes=clip.trajectory.nbytes,
+                   preview_fit_psnr_db=clip.trajectory.fit.get("psnr_db"))
+        progress.say(f"wrote {path} ({path.stat().st_size} bytes)")
+    print(json.dumps(out))
     return 0
 
 
@@ -180,7 +195,8 @@ def _run(engine, args, progress: Progress):
     conditioned = bool(args.first_frame or args.last_frame or args.reference)  # the image may give the subject
     for note in guide.check(args.prompt, conditioned).notes() if guide else []:
         progress.say(f"note: {note}")
-    return engine.generate(_payload(args), on_step=progress.step)
+    recording = {"trajectory": True} if args.trajectory else {}
+    return engine.generate(_payload(args), on_step=progress.step, **recording)
 
 
 def _memory(args) -> dict:

@@ -206,6 +206,20 @@ class Engine(ModelFacts):
         return plan_request(self.validate(payload), self.tiers, self.components.geometry, self.num_blocks,
                             self.model_id, self.model_name, self.sparse_kernel)
 
+    @property
+    def records_trajectories(self) -> bool:
+        """Whether `generate(..., trajectory=True)` records the denoising trajectory (engine/trajectory.py): the
+        single-process engine does; a sequence-parallel rank holds a share of the rows only."""
+        return self.parallel is None
+
+    def trajectory_bound(self, request: GenerationRequest) -> int:
+        """The bytes a recorded trajectory of this validated request holds (its pooled x0, stated before the run;
+        the stored npz is compressed and adds each step's record and the preview map, a few KB)."""
+        canvas = resolve_canvas(self.components.geometry, request.duration_seconds, request.aspect_ratio,
+                                request.short_edge)
+        steps = tier_plan(self.tiers, request, self.num_blocks, self.components.geometry.sparse_tile).steps
+        return TrajectoryRecorder(canvas, self.components.geometry).bytes_bound(steps)
+
     def estimate(self, request: GenerationRequest) -> Estimate:
         """How long a validated request would hold this engine (engine/cost.py); nothing runs."""
         text_tokens = len(self.components.tokenizer(request.prompt, add_special_tokens=False)["input_ids"])

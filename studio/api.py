@@ -55,6 +55,7 @@ from studio.api_models import (
     QueueObject,
     RemoteList,
     TierList,
+    TrajectoryObject,
     VerdictObject,
     VideoCancelled,
     VideoDeleted,
@@ -68,6 +69,7 @@ from studio.jobs import CANCELLED_MESSAGE, QueueFull, UserShareFull
 from studio.previews import EXTENSIONS, MEDIA_TYPES, check_variant
 from studio.roles import OPEN, Actor, Forbidden
 from studio.service import PairView, ServiceUnavailable, StudioService, VideoView
+from studio.trajectory import THRESHOLD
 from studio.video_request import RENAMES, video_payload
 from studio.views import jsonable
 
@@ -147,6 +149,7 @@ class PairCreate(BaseModel):
     force: bool | None = None
     steps: int | None = Field(None, description="candidate denoising steps (transformer forwards)")
     baseline_steps: int | None = Field(None, description="baseline denoising steps (transformer forwards)")
+    trajectory: bool | None = Field(None, description="record both runs' trajectories: GET /v1/pairs/{id}/trajectory")
 
 
 class VerdictCreate(BaseModel):
@@ -580,6 +583,11 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
                  response_model=PairObject)
     def refresh_metrics(pair_id: str) -> dict[str, Any]:
         return pair_object(service.refresh_metrics(pair_id))
+
+    @router.get("/pairs/{pair_id}/trajectory", tags=["pairs"], response_model=TrajectoryObject,
+                summary="Where a recorded pair's runs part, step by step (404 not recorded, 409 not completed)")
+    def pair_trajectory(pair_id: str, threshold: float = THRESHOLD) -> dict[str, Any]:
+        return jsonable(service.pair_trajectory(pair_id, threshold))
 
     @router.post("/pairs/{pair_id}/verdicts", tags=["review"], summary="Accept or reject a completed pair",
                  response_model=VerdictObject)

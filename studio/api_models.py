@@ -17,7 +17,7 @@ from studio.quality.summary import AudioSummary, FrameMetrics
 
 __all__ = [
     "ApprovalRuleObject", "ConfigurationList", "ConfigurationObject", "PairList", "PairObject", "QueueObject",
-    "RemoteList", "TierList", "VerdictObject", "VideoDeleted", "VideoList", "VideoObject",
+    "RemoteList", "TierList", "TrajectoryObject", "VerdictObject", "VideoDeleted", "VideoList", "VideoObject",
 ]
 
 
@@ -212,8 +212,43 @@ class PairObject(_Body):
                                                 "content it names none of); empty for a model without a prompt guide")
     baseline_video_id: str | None = None
     candidate_video_id: str | None = None
+    trajectory: dict[str, Any] | None = Field(
+        None, description='a pair submitted with "trajectory": true: {"recorded": true, "bytes_bound": per run, the '
+                          'pooled x0 it holds (stated before it ran), "stored_bytes": per run once stored}; '
+                          "GET /v1/pairs/{id}/trajectory compares them; null when not recorded")
     baseline_content_url: str | None = None
     candidate_content_url: str | None = None
+
+
+class TrajectoryStep(_Body):
+    step: int
+    t: float
+    overall: float | None
+    subject: float | None = None
+    background: float | None = None
+    base: dict[str, Any] = Field(description="what the baseline's step did: attention dense|sparse|mixed, cache, "
+                                             "techniques on at every step (always)")
+    candidate: dict[str, Any] = Field(description="what the candidate's step did (same keys)")
+
+
+class TrajectoryObject(_Body):
+    """Where a recorded pair's two runs part (studio/trajectory.py): per step, the RMS difference of their pooled
+    x0 relative to the baseline's, overall and on the baseline's subject; the per-cell heat map; the first step over
+    the threshold."""
+
+    object: Literal["pair.trajectory"] = "pair.trajectory"
+    pair_id: str
+    steps: list[TrajectoryStep]
+    heat: list[list[list[float]]] = Field(description="(steps, rows, columns): each cell's divergence")
+    grid: list[int]
+    latent_frames: int
+    threshold: float
+    measure: Literal["subject", "overall"] = Field(description="what first_over reads (subject unless it has none)")
+    first_over: int | None = Field(description="the first step whose divergence exceeds the threshold")
+    subject_cells: float | None = None
+    aligned: str | None = Field(None, description="set when the runs' step counts differ: how they were aligned")
+    runs: dict[str, Any]
+    preview: dict[str, Any] = Field(description="the x0 preview map and its measured (in-sample) fidelity")
 
 
 class PairList(_Page):

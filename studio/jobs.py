@@ -62,6 +62,7 @@ class Job:
     state: str = "queued"  # queued | in_progress | completed | failed
     progress: int = 0
     last_write: float = 0.0
+    trajectory: bool = False  # also record the denoising trajectory (issue 37), stored beside the clip
 
     def cancelled(self) -> bool:
         """The engine's cancel callback: checked before every denoising step and every stage."""
@@ -301,15 +302,18 @@ class JobQueue:
         if not self._mark_started(job):
             return JobOutcome(job.video_id, "failed", error="the video record disappeared before it ran")
         self._notify(self.on_start, job.video_id)
+        recording = {"trajectory": True} if job.trajectory else {}  # only engines that record are asked to
         try:
             clip = self.engine.generate(job.request, on_step=lambda event: self._on_step(job, event),
-                                        cancel=job.cancelled)
+                                        cancel=job.cancelled, **recording)
         except GenerationCancelled:
             return JobOutcome(job.video_id, "failed", error=CANCELLED_MESSAGE, cancelled=True)
         except Exception as error:  # noqa: BLE001 - a failed job must not stop the engine serving
             log.warning("job %s failed: %s: %s", job.video_id, type(error).__name__, error)
             return JobOutcome(job.video_id, "failed", error=f"{type(error).__name__}: {error}")
         record = self.store.put_clip(clip.mp4, clip.sidecar())
+        if getattr(clip, "trajectory", None) is not None:  # before "completed": a finished pair finds it stored
+            self.store.put_trajectory(record.sha256, clip.trajectory.to_npz())
         self.store.update_video(job.video_id, status="completed", clip_sha=record.sha256,
                                 inference_time_s=clip.inference_time_s, peak_memory_mb=clip.peak_memory_mb)
         return JobOutcome(job.video_id, "completed", clip=record)

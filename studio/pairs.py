@@ -38,15 +38,15 @@ __all__ = ["BASELINE_TIER", "PAIR_FIELDS", "QUALITY_UNAVAILABLE", "PairFlow", "p
 
 BASELINE_TIER = "baseline"
 QUALITY_UNAVAILABLE = "quality metrics not yet available"
-PAIR_FIELDS = ("prompt", "seed", "tier", "target", "force", "steps", "baseline_steps", *INPUT_FIELDS)
+PAIR_FIELDS = ("prompt", "seed", "tier", "target", "force", "steps", "baseline_steps", "trajectory", *INPUT_FIELDS)
 TARGET_FIELDS = ("duration_seconds", "aspect_ratio", "short_edge")
 # Engine field → the field's name in a pair payload, so an error points at what the caller actually sent.
 _TARGET_RENAMES = {name: f"target.{name}" for name in TARGET_FIELDS}
 _BASELINE_RENAMES = {**_TARGET_RENAMES, "steps": "baseline_steps", "tier": "tier"}
 _CANDIDATE_RENAMES = {**_TARGET_RENAMES}
 
-# enqueue(plan, video_id): put a planned job in the queue slot reserved for it
-Enqueue = Callable[[RequestPlan, str], None]
+# enqueue(plan, video_id, trajectory): put a planned job (recording its trajectory or not) in the slot reserved for it
+Enqueue = Callable[[RequestPlan, str, bool], None]
 Reserve = Callable[[list[RequestPlan]], AbstractContextManager[Enqueue]]
 VideoRequest = Callable[..., dict[str, Any]]
 
@@ -85,18 +85,27 @@ class PairFlow:
     # ----------------------------------------------------------------------------------- creating
 
     def create(self, baseline: RequestPlan, candidate: RequestPlan, reserve: Reserve, video_request: VideoRequest,
-               submitted_by: str | None = None) -> PairRecord:
+               submitted_by: str | None = None, trajectory: dict[str, int] | None = None) -> PairRecord:
         """Records first, jobs last: a job may finish at once, and its pair must already be waiting for it.
 
         ``reserve(plans)`` reserves queue slots for the jobs to run (all or nothing) and yields ``enqueue``;
-        ``video_request(plan, **extra)`` is the request JSON stored with a video."""
+        ``video_request(plan, **extra)`` is the request JSON stored with a video. ``trajectory``: record both runs'
+        denoising trajectories; {"baseline": bytes bound, "candidate": bytes bound}, stored with each video's
+        request. A baseline is then shared or reused only when its trajectory is (being) recorded too."""
+        recording = trajectory is not None
         with self._lock:
             identity = _baseline_identity(baseline)
             # The same prompt and seed with other keyframes/references is another clip: inputs are part of the
             # in-flight identity, and a stored clip (found by prompt, seed, canvas, config) is reused for t2va only.
-            inflight = (*identity, _inputs_key(baseline.request))
+            inflight = (*identity, _inputs_key(baseline.request), recording)
             shared_id = self._inflight_baselines.get(inflight)
+            if shared_id is None and not recording:  # a recording baseline serves a pair that does not record
+                shared_id = self._inflight_baselines.get((*inflight[:-1], True))
             reusable = None if shared_id or baseline.request.task != "t2va" else self.store.find_clip(*identity)
+            if reusable is not None and recording and self.store.trajectory_size(reusable.sha256) is None:
+                reusable = None  # stored without its trajectory: run it again, recording
+            recorded = {role: {"trajectory": True, "trajectory_bytes_bound": trajectory[role]}
+                        for role in ("baseline", "candidate")} if recording else {"baseline": {}, "candidate": {}}
             request = candidate.request
             target = {"duration_seconds": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
                       "short_edge": request.short_edge}
@@ -105,36 +114,37 @@ class PairFlow:
                                               configuration_snapshot(candidate, baseline), target, candidate.model_id)
                 try:
                     baseline_id, new_baseline = (shared_id, False) if shared_id else \
-                        self._baseline_video(baseline, reusable, pair.id, video_request)
+                        self._baseline_video(baseline, reusable, pair.id, video_request, recorded["baseline"])
                     candidate_record = self.store.create_video(
                         video_request(candidate, source="pair", pair_id=pair.id, role="candidate",
-                                      submitted_by=submitted_by), request.tier, candidate.model_name)
+                                      submitted_by=submitted_by, **recorded["candidate"]), request.tier,
+                        candidate.model_name)
                     pair = self.store.set_pair_videos(pair.id, baseline_id, candidate_record.id)
                     for video_id in {baseline_id, candidate_record.id}:
                         if self.store.get_video(video_id).status not in TERMINAL_STATUSES:
                             self._waiting.setdefault(video_id, set()).add(pair.id)
                     if new_baseline:
                         self._inflight_baselines[inflight] = baseline_id
-                        enqueue(baseline, baseline_id)
-                    enqueue(candidate, candidate_record.id)
+                        enqueue(baseline, baseline_id, recording)
+                    enqueue(candidate, candidate_record.id, recording)
                 except Exception as error:
                     self.store.update_pair(pair.id, status="failed", error=f"could not queue the pair: {error}")
                     raise
             return pair
 
     def _baseline_video(self, baseline: RequestPlan, reusable: ClipRecord | None, pair_id: str,
-                        video_request: VideoRequest) -> tuple[str, bool]:
+                        video_request: VideoRequest, recorded: dict[str, Any]) -> tuple[str, bool]:
         """The baseline's video id and whether it needs a job: a new record (True), or (False) a completed
         record pointing at the stored clip."""
         request = baseline.request
         if reusable is None:
             record = self.store.create_video(
-                video_request(baseline, source="pair", pair_id=pair_id, role="baseline"), request.tier,
+                video_request(baseline, source="pair", pair_id=pair_id, role="baseline", **recorded), request.tier,
                 baseline.model_name)
             return record.id, True
         record = self.store.create_video(
-            video_request(baseline, source="pair", pair_id=pair_id, role="baseline", reused_clip=reusable.sha256),
-            request.tier, baseline.model_name)
+            video_request(baseline, source="pair", pair_id=pair_id, role="baseline", reused_clip=reusable.sha256,
+                          **recorded), request.tier, baseline.model_name)
         sidecar = reusable.sidecar
         # The reused clip keeps the timings of the run that made it: speed-ups compare real generations.
         self.store.update_video(record.id, status="completed", clip_sha=reusable.sha256,

@@ -33,6 +33,7 @@ from db.errors import Conflict, NotFound, StoreError
 from db.inputs import InputFiles
 from db.records import DECISIONS, REASONS, TERMINAL_STATUSES
 from engine.canvases import RELEASED, ModelCanvas
+from engine.errors import RequestError
 from engine.interface import ModelEngine, RequestPlan
 from engine.labels import model_label
 from engine.request import ASPECT_RATIOS, GenerationRequest, validate_duration
@@ -46,6 +47,7 @@ from studio.previews import preview
 from studio.public_text import hide_paths
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
 from studio.roles import OPEN, Actor
+from studio.trajectory import THRESHOLD, PairTrajectories
 from studio.views import PairView, VideoView, clip_cost_usd, pair_view, video_view
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ class StudioService:
         self._lock = threading.RLock()  # serialises engine attachment and submissions (the pairs share it)
         self.pairs = PairFlow(store, config.overlay_dir, quality_loader, self._lock)
         self.blind = BlindService(store)  # blind A/B reviews (studio/blind.py)
+        self.trajectories = PairTrajectories(store)  # recorded pairs' trajectories (studio/trajectory.py)
         self._remote_queues = {
             tier: JobQueue(remotes.engine(tier), store, config.queue_size, on_start=self.pairs.video_started,
                            on_finish=self.pairs.video_finished, workers=len(remotes.servers(tier)),
@@ -240,9 +243,9 @@ class StudioService:
                     reservations[id(queue)] = stack.enter_context(queue.reserve(sum(q is queue for q in queues),
                                                                                 owner))
 
-            def enqueue(item: RequestPlan, video_id: str) -> None:
+            def enqueue(item: RequestPlan, video_id: str, trajectory: bool = False) -> None:
                 job_request = _job_request(item, functools.partial(self.store.set_video_remote, video_id))
-                reservations[id(self._queue_of(item))].enqueue(Job(video_id, job_request))
+                reservations[id(self._queue_of(item))].enqueue(Job(video_id, job_request, trajectory=trajectory))
 
             yield enqueue
 
@@ -460,11 +463,39 @@ class StudioService:
         "force"?, "steps"? (candidate steps), "baseline_steps"?}. Both requests are validated before anything is
         stored. The baseline is not generated again when a clip with the same model, prompt, seed, canvas,
         duration and baseline config is stored (or is being generated right now for another pair).
+        ``"trajectory": true`` also records both runs' denoising trajectories (off by default; see
+        ``pair_trajectory``): each run's bytes bound is stated in its video's request.
         """
+        recording = payload.get("trajectory", False) if isinstance(payload, dict) else False
+        if not isinstance(recording, bool):
+            raise RequestError("trajectory", f"must be true or false, got {recording!r}")
         baseline, candidate = plan_pair(payload, self.plan)
+        bounds = self._trajectory_bounds(baseline, candidate) if recording else None
         self.keep_inputs(candidate.request)  # the baseline's are the same images
         reserve = functools.partial(self._reserve, owner=queue_owner(submitted_by, client) if in_share else None)
-        return self.pairs.create(baseline, candidate, reserve, _video_request, submitted_by)
+        return self.pairs.create(baseline, candidate, reserve, _video_request, submitted_by, bounds)
+
+    def _trajectory_bounds(self, baseline: RequestPlan, candidate: RequestPlan) -> dict[str, int]:
+        """Each run's recorded trajectory in bytes (stated before it runs); RequestError naming ``trajectory`` where
+        the engine that would run it cannot record one."""
+        bounds = {}
+        for role, planned in (("baseline", baseline), ("candidate", candidate)):
+            if planned.remote:
+                raise RequestError("trajectory", f"the {role} (tier {planned.request.tier!r}) runs on remote servers "
+                                                 "(--remotes), which do not record denoising trajectories; only "
+                                                 "the in-process engine does")
+            if not getattr(self.engine, "records_trajectories", False):
+                raise RequestError("trajectory", "this studio's engine (sequence-parallel, --ulysses) does not record "
+                                                 "denoising trajectories; the single-process engine does")
+            bounds[role] = int(self.engine.trajectory_bound(planned.request))
+        return bounds
+
+    def pair_trajectory(self, pair_id: str, threshold: float = THRESHOLD) -> dict[str, Any]:
+        """Where a recorded pair's two runs part, step by step (studio/trajectory.py): divergence overall, on the
+        baseline's subject and per cell, what each step did, the first step over ``threshold``, and the previews'
+        measured fidelity. NotFound naming pair_id, or ``trajectory`` when the pair was not recorded (or a file is
+        gone); Conflict naming ``status`` until the pair is completed."""
+        return self.trajectories.divergence(self.store.get_pair(pair_id), threshold)
 
     def get_pair(self, pair_id: str) -> PairView:
         """A pair with both clips, timings, speed-ups, cost, metrics and verdicts (NotFound naming pair_id)."""
@@ -497,9 +528,11 @@ class StudioService:
     def _pair_view(self, pair: PairRecord) -> PairView:
         baseline = self.get_video(pair.baseline_video_id) if pair.baseline_video_id else None
         candidate = self.get_video(pair.candidate_video_id) if pair.candidate_video_id else None
+        sizes = {role: self.store.trajectory_size(video.clip_sha) if video and video.request.get("trajectory")
+                 else None for role, video in (("baseline", baseline), ("candidate", candidate))}
         return pair_view(pair, baseline, candidate, self.pairs.metrics_of(pair),
                          self.store.list_verdicts(pair_id=pair.id), self.config.pod_rate_usd_per_hour,
-                         self._prompt_notes(pair))
+                         self._prompt_notes(pair), sizes)
 
     def _prompt_notes(self, pair: PairRecord) -> list[str]:
         """The loaded model's notes on a pair's prompt; none for a pair another model made (not its vocabulary)."""

@@ -7,13 +7,24 @@ identical runs, about 1.4 for two unrelated samples of unit variance. "Subject" 
 it the baseline's subject covers (studio/quality/subject.py on the baseline's finished frames, pooled to the
 trajectory's grid per latent frame); "background" by the rest. The heat map is the per-cell divergence over the
 latent frames, per step.
+
+For a pair (issue 37 item 1) `PairTrajectories` reads both runs' stored npz (beside their clips) and the baseline's
+frames and answers GET /v1/pairs/{id}/trajectory; runs of different step counts (turbo against a 50-step baseline)
+are compared at the candidate's timesteps, the baseline's x0 interpolated there (`align`).
 """
 
 from __future__ import annotations
 
+import math
+import threading
+from collections import OrderedDict
+
 import numpy as np
 
+from db.errors import Conflict, NotFound
+from engine.errors import RequestError
 from engine.trajectory import Trajectory, pool_video
+from studio.quality.clipio import read_clip
 from studio.quality.subject import SubjectParams, subject_mask
 
 THRESHOLD = 0.05  # subject-region divergence that counts as "parted" (5 % of the baseline's x0 magnitude)
@@ -80,3 +91,115 @@ def compare_trajectories(base: Trajectory, cand: Trajectory, base_frames: np.nda
     return {"steps": rows, "heat": heat.round(5).tolist(), "grid": list(grid), "latent_frames": latent_frames,
             "threshold": threshold, "measure": key, "first_over": first,
             "subject_cells": float(weights.sum()) if weights is not None else None}
+
+
+def align(base: Trajectory, cand: Trajectory) -> tuple[Trajectory, str | None]:
+    """The baseline's trajectory at the candidate's steps. Same step count: unchanged (None). Otherwise (a turbo
+    candidate of 8 steps against a 50-step baseline) the baseline's x0 is interpolated linearly in the timestep at
+    each candidate step's t, and each step keeps the record of the nearer baseline step; the note says so."""
+    if base.steps == cand.steps:
+        return base, None
+    times = np.asarray(base.t, np.float64)
+    order = np.argsort(times)
+    ordered = times[order]
+    x0, records = [], []
+    for t in cand.t:
+        right = int(np.clip(np.searchsorted(ordered, t), 1, len(ordered) - 1)) if len(ordered) > 1 else 0
+        i0, i1 = int(order[max(right - 1, 0)]), int(order[right])
+        t0, t1 = times[i0], times[i1]
+        w = 0.0 if t1 == t0 else float(np.clip((t - t0) / (t1 - t0), 0.0, 1.0))
+        x0.append((1 - w) * base.x0[i0].astype(np.float32) + w * base.x0[i1].astype(np.float32))
+        records.append(base.records[i1 if w >= 0.5 else i0])
+    note = (f"the runs have {base.steps} and {cand.steps} steps: the baseline's x0 is interpolated at each candidate "
+            "step's timestep (its markers are the nearer baseline step's)")
+    return Trajectory(x0=np.stack(x0), t=list(cand.t), records=records, techniques=base.techniques,
+                      rgb_map=base.rgb_map, fit=base.fit), note
+
+
+PREVIEW_NOTE = ("x0 previews: a linear latent-to-RGB map fitted by least squares on the baseline run's final x0 "
+                "against its decoded frames, applied to both runs at every step; its fidelity is the in-sample "
+                "PSNR on the final step only (earlier steps are not measured here: bench/trajectory.py --fidelity)")
+
+
+class PairTrajectories:
+    """Recorded pairs' trajectories from the store (npz beside each clip, db.Store.put_trajectory) and their
+    divergence; the last few pairs' are kept in memory (a 50-step full-size pair holds about 25 MB)."""
+
+    KEEP = 4
+
+    def __init__(self, store):
+        self.store = store
+        self._loaded: OrderedDict[tuple[str, str], tuple[Trajectory, Trajectory, np.ndarray]] = OrderedDict()
+        self._results: OrderedDict[tuple[str, str, float], dict] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def recorded(self, pair) -> bool:
+        """Whether both of the pair's runs were asked to record their trajectory (their videos' requests say so)."""
+        videos = [self.store.get_video(v) for v in (pair.baseline_video_id, pair.candidate_video_id) if v]
+        return len(videos) == 2 and all(video.request.get("trajectory") is True for video in videos)
+
+    def load(self, pair) -> tuple[Trajectory, Trajectory, np.ndarray]:
+        """(the baseline's trajectory, the candidate's, the baseline's frames) of a completed recorded pair."""
+        if not self.recorded(pair):
+            raise NotFound("trajectory", f"pair {pair.id} was not recorded: its trajectory exists only for a pair "
+                                         "submitted with \"trajectory\": true (REST), \"Record the denoising "
+                                         "trajectory\" (Generate tab) or python -m bench.trajectory (CLI)")
+        if pair.status != "completed":
+            why = f" ({pair.error})" if pair.status == "failed" and pair.error else ""
+            raise Conflict("status", f"pair {pair.id} is {pair.status}{why}; its trajectories are compared once the "
+                                     "pair is completed")
+        key = (pair.baseline_clip_sha, pair.candidate_clip_sha)
+        with self._lock:
+            if key in self._loaded:
+                self._loaded.move_to_end(key)
+                return self._loaded[key]
+        runs = []
+        for role, sha in zip(("baseline", "candidate"), key, strict=True):
+            data = self.store.read_trajectory(sha)  # NotFound naming the file's place in the data dir
+            try:
+                runs.append(Trajectory.from_npz(data))
+            except (OSError, ValueError, KeyError) as error:
+                raise Conflict("trajectory", f"the {role}'s stored trajectory (clip {sha[:12]}) cannot be read "
+                                             f"({type(error).__name__}); record the pair again") from None
+        frames = read_clip(self.store.verified_clip_path(key[0])).frames
+        loaded = (runs[0], runs[1], frames)
+        with self._lock:
+            self._loaded[key] = loaded
+            while len(self._loaded) > self.KEEP:
+                self._loaded.popitem(last=False)
+        return loaded
+
+    def divergence(self, pair, threshold: float = THRESHOLD) -> dict:
+        """compare_trajectories' result for a completed recorded pair, with the steps aligned (`align`), each run's
+        techniques, the stored sizes and the preview's measured fidelity."""
+        threshold = check_threshold(threshold)
+        base, cand, frames = self.load(pair)
+        key = (pair.baseline_clip_sha, pair.candidate_clip_sha, threshold)
+        with self._lock:
+            if key in self._results:
+                self._results.move_to_end(key)
+                return self._results[key]
+        aligned, note = align(base, cand)
+        result = compare_trajectories(aligned, cand, frames, threshold)
+        result.update(
+            object="pair.trajectory", pair_id=pair.id, aligned=note,
+            runs={role: {"steps": run.steps, "techniques": run.techniques, "preview_fit": run.fit,
+                         "stored_bytes": self.store.trajectory_size(sha), "x0_bytes": run.nbytes}
+                  for role, run, sha in (("baseline", base, pair.baseline_clip_sha),
+                                         ("candidate", cand, pair.candidate_clip_sha))},
+            preview={"map": "linear", "fitted_on": "baseline", "psnr_db": base.fit.get("psnr_db"),
+                     "in_sample": bool(base.fit.get("in_sample", True)), "note": PREVIEW_NOTE})
+        with self._lock:
+            self._results[key] = result
+            while len(self._results) > 2 * self.KEEP:
+                self._results.popitem(last=False)
+        return result
+
+
+def check_threshold(value) -> float:
+    """A divergence threshold: a number in (0, 10] (RequestError naming ``threshold``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 < value <= 10:
+        raise RequestError("threshold", f"must be a number in (0, 10] (a share of the baseline's x0 magnitude; "
+                                        f"default {THRESHOLD}), got {value!r}")
+    return float(value)

@@ -86,6 +86,7 @@ class PairView:
     baseline_steps: int | None = None  # the steps the baseline clip ran (its tier's, or an override)
     speedup_caveat: str | None = None  # set when the speed-up is not against the tier's own baseline
     prompt_notes: list[str] = field(default_factory=list)  # what the pair's model does not know in its prompt
+    trajectory: dict[str, Any] | None = None  # recorded pairs only: each run's bytes bound and stored size
 
     @property
     def baseline_video_id(self) -> str | None:
@@ -133,7 +134,8 @@ def video_view(record: VideoRecord, clip: ClipRecord | None, queues: list[JobQue
 
 def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView | None,
               metrics: tuple[QualitySummary | None, str, str], verdicts: list[VerdictRecord],
-              pod_rate_usd_per_hour: float, prompt_notes: list[str] | None = None) -> PairView:
+              pod_rate_usd_per_hour: float, prompt_notes: list[str] | None = None,
+              trajectory_sizes: dict[str, int | None] | None = None) -> PairView:
     """A pair's view from its record, its two videos' views, its metrics (summary, status, message), verdicts and
     the notes on its prompt (engine/prompt_guide.py)."""
     summary, status, message = metrics
@@ -159,8 +161,20 @@ def pair_view(pair: PairRecord, baseline: VideoView | None, candidate: VideoView
         metrics=summary and summary.with_text(hide_paths), metrics_status=status, metrics_message=hide_paths(message),
         verdicts=[v.as_dict() for v in verdicts],
         baseline_steps=baseline_steps(pair.tier_config, baseline), speedup_caveat=speedup_caveat(baseline),
-        prompt_notes=prompt_notes or [],
+        prompt_notes=prompt_notes or [], trajectory=_trajectory(baseline, candidate, trajectory_sizes or {}),
     )
+
+
+def _trajectory(baseline: VideoView | None, candidate: VideoView | None,
+                sizes: dict[str, int | None]) -> dict[str, Any] | None:
+    """A recorded pair's trajectory facts: each run's bound (bytes of pooled x0, stated before it ran) and the stored
+    npz's size once written; None for a pair that was not recorded."""
+    runs = {"baseline": baseline, "candidate": candidate}
+    if not all(video is not None and video.request.get("trajectory") is True for video in runs.values()):
+        return None
+    return {"recorded": True,
+            "bytes_bound": {role: video.request.get("trajectory_bytes_bound") for role, video in runs.items()},
+            "stored_bytes": {role: sizes.get(role) for role in runs}}
 
 
 def clip_cost_usd(inference_time_s: float | None, pod_rate_usd_per_hour: float) -> float | None:

@@ -16,6 +16,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "tests/test_review_e2e.py": ("browser", "slow"),
     "tests/test_ui_conditioning.py": ("browser", "slow"),
     "tests/test_campaigns.py": ("slow",),  # nano pairs in bulk
+    "tests/test_trajectory_api.py": ("slow",),  # six recorded nano pairs over REST (40 s)
     "tests/test_search.py::test_a_nano_candidate_is_generated_judged_and_removed_from_the_engine": ("slow",),
     "tests/test_guard.py::test_sigterm_stops_a_server_whose_heartbeats_are_held_open": ("slow",),  # app.py served
     "tests/test_review_studio_e2e.py": ("browser", "slow"),

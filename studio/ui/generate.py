@@ -144,6 +144,9 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
                     "Steps override for the baseline", "h3-baseline-steps",
                     "empty: the baseline's 50 (fewer: quick looks and tests)")
                 force = gr.Checkbox(False, label="Force a tier refused for ghosting risk (to review the ghosting)")
+                trajectory = gr.Checkbox(False, elem_id="h3-trajectory",
+                                         label="Record the denoising trajectory of both clips (each step's x0, "
+                                               "pooled: Compare → Trajectory shows where they part)")
             uploads = build_input_fields()  # fl2va keyframes / ref2va references
             with gr.Row():
                 go = gr.Button("Generate pair", variant="primary", elem_id="h3-generate")
@@ -226,11 +229,14 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
     slot_names = list(slots)
 
     def run(prompt_v, duration_v, aspect_v, seed_v, tier_v, edge_v, steps_v, base_steps_v, force_v, first_v,
-            last_v, references_v, request: gr.Request, progress=gr.Progress()):  # noqa: B008 - Gradio injects it
+            last_v, references_v, trajectory_v=False, request: gr.Request = None,
+            progress=gr.Progress()):  # noqa: B008 - Gradio injects it
         payload = {"prompt": prompt_v, "seed": _int_or_raw(seed_v), "tier": tier_v or "",
                    "target": {"duration_seconds": duration_v, "aspect_ratio": aspect_v,
                               "short_edge": _int_or_raw(edge_v)},
                    "steps": _int_or_raw(steps_v), "baseline_steps": _int_or_raw(base_steps_v), "force": bool(force_v)}
+        if trajectory_v:
+            payload["trajectory"] = True
         errors = dict.fromkeys(slot_names, "")
         try:
             payload.update(upload_inputs(first_v, last_v, references_v))
@@ -256,7 +262,7 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
     event = go.click(lambda: [*[""] * len(slots), gr.update(interactive=False), SUBMITTING], None,
                      [*slots.values(), go, pair_state], queue=False).then(
         run, [prompt, duration, aspect, seed, tier, short_edge, steps, baseline_steps, force, uploads["first"],
-              uploads["last"], uploads["references"]], outputs,
+              uploads["last"], uploads["references"], trajectory], outputs,
                      concurrency_limit=GENERATE_CONCURRENCY, concurrency_id="generate", show_progress_on=result,
                      scroll_to_output=True, preprocess=False)  # the engine's validation names each field
     event.then(lambda pid: gr.update(interactive=not _running(service, pid)), pair_state, go, queue=False)

@@ -1,0 +1,177 @@
+"""Issue 37 item 1: a pair recorded on request over REST (`"trajectory": true`), its trajectories stored beside the
+clips with their size bounded and stated, and GET /v1/pairs/{id}/trajectory with the refusals that name their cause.
+Nano pairs of 2-3 steps at the 64x32 canvas; the engine is gated so a pair can be asked about before it finishes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from db.files import trajectory_relpath
+from engine.trajectory import Trajectory
+from studio.api import create_app
+from studio.service import StudioService
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TIMEOUT_S = 120
+PAIR = {"prompt": "a red circle moves left to right over a grey background", "seed": 11, "tier": "turbo",
+        "steps": 2, "baseline_steps": 3, "target": {"short_edge": 32, "duration_seconds": 5}}
+
+
+class GatedEngine:
+    """The nano engine behind a gate (generate waits until it opens), passing `trajectory` through; `records`
+    stands for an engine that can or cannot record (a sequence-parallel one cannot)."""
+
+    def __init__(self, engine):
+        self._engine, self.gate, self.records, self.recorded = engine, threading.Event(), True, []
+
+    @property
+    def records_trajectories(self) -> bool:
+        return self.records
+
+    def generate(self, request, on_step=None, cancel=None, **kwargs):
+        assert self.gate.wait(TIMEOUT_S)
+        self.recorded.append(kwargs.get("trajectory", False))
+        return self._engine.generate(request, on_step=on_step, cancel=cancel, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory, nano_engine):
+    engine = GatedEngine(nano_engine)
+    data_dir = tmp_path_factory.mktemp("trajectory-studio")
+    service = StudioService.open(data_dir, engine=engine, quality_loader=lambda: None)
+    with TestClient(create_app(service)) as client:
+        yield client, service, engine, data_dir
+
+
+def wait_for(client, pair_id):
+    deadline = time.monotonic() + TIMEOUT_S
+    while (body := client.get(f"/v1/pairs/{pair_id}").json())["status"] not in ("completed", "failed"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    return body
+
+
+def error_of(response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    return response.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def recorded(studio):
+    """A recorded pair, asked about before it ran (409) and after (200)."""
+    client, service, engine, _ = studio
+    response = client.post("/v1/pairs", json={**PAIR, "trajectory": True})
+    assert response.status_code == 200, response.text
+    pair = response.json()
+    early = client.get(f"/v1/pairs/{pair['id']}/trajectory")
+    engine.gate.set()
+    done = wait_for(client, pair["id"])
+    assert done["status"] == "completed", done
+    return pair, early, done
+
+
+def test_a_recorded_pair_states_its_bound_and_stores_both_runs_beside_the_clips(studio, recorded, nano_engine):
+    client, service, engine, data_dir = studio
+    pair, _, done = recorded
+    assert engine.recorded == [True, True]  # both runs, asked to record
+    trajectory = done["trajectory"]
+    assert trajectory["recorded"] is True
+    for role, steps in (("baseline", 3), ("candidate", 2)):
+        planned = nano_engine.plan({"prompt": PAIR["prompt"], "seed": PAIR["seed"], "short_edge": 32,
+                                    "tier": "baseline" if role == "baseline" else "turbo", "steps": steps})
+        bound = nano_engine.trajectory_bound(planned.request)
+        assert pair["trajectory"]["bytes_bound"][role] == bound  # stated when submitted, before it ran
+        assert done[role]["request"]["trajectory_bytes_bound"] == bound
+        path = data_dir / trajectory_relpath(done[role]["clip_sha"])
+        assert path.is_file() and trajectory["stored_bytes"][role] == path.stat().st_size
+        stored = Trajectory.from_npz(path.read_bytes())
+        assert stored.steps == steps and stored.nbytes == bound
+        assert path.stat().st_size <= bound + 16_384  # compressed x0 + the steps' records and the preview map
+
+
+def test_the_divergence_is_served_per_step_with_markers_and_the_previews_fidelity(studio, recorded):
+    client, _, _, data_dir = studio
+    pair, _, done = recorded
+    response = client.get(f"/v1/pairs/{pair['id']}/trajectory")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "pair.trajectory" and body["pair_id"] == pair["id"]
+    assert len(body["steps"]) == 2 and "3 and 2 steps" in body["aligned"]  # turbo's 2 steps against 3
+    assert body["runs"]["baseline"]["steps"] == 3 and body["runs"]["candidate"]["steps"] == 2
+    assert all(row["overall"] > 0 for row in body["steps"])  # the LoRA changes x0 from the first step
+    assert all(row["candidate"]["always"] == ["lora"] and row["base"]["always"] == [] for row in body["steps"])
+    heat = np.array(body["heat"])
+    assert heat.shape == (2, *body["grid"]) and heat.max() > 0
+    base = Trajectory.from_npz((data_dir / trajectory_relpath(done["baseline"]["clip_sha"])).read_bytes())
+    assert body["preview"]["psnr_db"] == pytest.approx(base.fit["psnr_db"]) and body["preview"]["in_sample"]
+    assert body["threshold"] == 0.05 and body["measure"] in ("subject", "overall")
+    over = [row["step"] for row in body["steps"] if (row.get(body["measure"]) or 0) > 0.05]
+    assert body["first_over"] == (over[0] if over else None)
+    high = client.get(f"/v1/pairs/{pair['id']}/trajectory", params={"threshold": 10}).json()
+    assert high["first_over"] is None and high["threshold"] == 10
+
+
+def test_refusals_name_their_cause(studio, recorded):
+    client, service, engine, data_dir = studio
+    pair, early, done = recorded
+    error = error_of(early, 409)  # asked while its runs waited at the gate
+    assert error["field"] == "status" and "once the pair is completed" in error["message"]
+    for value in ("yes", "true", 1, [True]):
+        error = error_of(client.post("/v1/pairs", json={**PAIR, "trajectory": value}), 400)
+        assert error["field"] == "trajectory", error
+    for threshold in (0, -1, 11, "nan", "abc"):
+        error = error_of(client.get(f"/v1/pairs/{pair['id']}/trajectory", params={"threshold": threshold}), 400)
+        assert error["field"] == "threshold", (threshold, error)
+    error = error_of(client.get("/v1/pairs/nope/trajectory"), 404)
+    assert error["field"] == "pair_id"
+    engine.records = False  # an engine that cannot record refuses before anything is stored
+    try:
+        before = len(client.get("/v1/pairs").json()["data"])
+        error = error_of(client.post("/v1/pairs", json={**PAIR, "trajectory": True}), 400)
+        assert error["field"] == "trajectory" and "sequence-parallel" in error["message"]
+        assert len(client.get("/v1/pairs").json()["data"]) == before
+    finally:
+        engine.records = True
+    plain = client.post("/v1/pairs", json=PAIR).json()  # not recorded: the stored baseline is reused as ever
+    assert plain["trajectory"] is None and wait_for(client, plain["id"])["status"] == "completed"
+    error = error_of(client.get(f"/v1/pairs/{plain['id']}/trajectory"), 404)
+    assert error["field"] == "trajectory" and "was not recorded" in error["message"]
+
+
+def test_a_lost_trajectory_file_is_named(studio, recorded, tmp_path):
+    client, service, _, data_dir = studio
+    pair, _, done = recorded
+    path = data_dir / trajectory_relpath(done["candidate"]["clip_sha"])
+    moved = tmp_path / "kept.npz"
+    path.rename(moved)
+    service.trajectories = type(service.trajectories)(service.store)  # nothing kept in memory from other tests
+    try:
+        error = error_of(client.get(f"/v1/pairs/{pair['id']}/trajectory"), 404)
+        assert error["field"] == "trajectory" and trajectory_relpath(done["candidate"]["clip_sha"]).name \
+            in error["message"] and str(data_dir) not in error["message"]
+    finally:
+        moved.rename(path)
+    assert client.get(f"/v1/pairs/{pair['id']}/trajectory").status_code == 200
+
+
+def test_a_recording_pair_runs_its_stored_baseline_again_when_that_kept_no_trajectory(studio, recorded):
+    client, service, engine, _ = studio
+    body = {**PAIR, "seed": 12}
+    first = wait_for(client, client.post("/v1/pairs", json=body).json()["id"])  # plain: no trajectory stored
+    calls = len(engine.recorded)
+    second = wait_for(client, client.post("/v1/pairs", json={**body, "trajectory": True}).json()["id"])
+    assert engine.recorded[calls:] == [True, True]  # the baseline ran again, recording
+    assert second["baseline"]["clip_sha"] == first["baseline"]["clip_sha"]  # the same clip, now with a trajectory
+    assert client.get(f"/v1/pairs/{second['id']}/trajectory").status_code == 200
+    third = wait_for(client, client.post("/v1/pairs", json={**body, "trajectory": True}).json()["id"])
+    assert third["baseline_reused"] and engine.recorded[calls + 2:] == [True]  # now reused, trajectory and all
+
