@@ -175,3 +175,32 @@ def test_a_recording_pair_runs_its_stored_baseline_again_when_that_kept_no_traje
     third = wait_for(client, client.post("/v1/pairs", json={**body, "trajectory": True}).json()["id"])
     assert third["baseline_reused"] and engine.recorded[calls + 2:] == [True]  # now reused, trajectory and all
 
+
+def test_the_trajectory_views_callbacks_on_a_recorded_pair(studio, recorded):
+    import gradio as gr
+
+    from studio.trajectory import align
+    from studio.ui.trajectory import NOT_RECORDED, _enlarged, build_trajectory_view, trajectory_step_outputs
+
+    client, service, _, data_dir = studio
+    pair, _, done = recorded
+    base = Trajectory.from_npz((data_dir / trajectory_relpath(done["baseline"]["clip_sha"])).read_bytes())
+    cand = Trajectory.from_npz((data_dir / trajectory_relpath(done["candidate"]["clip_sha"])).read_bytes())
+    aligned, _ = align(base, cand)
+    left, right, heat, text, figure = trajectory_step_outputs(service, pair["id"], 1, 0)
+    assert np.array_equal(left, _enlarged(aligned.previews(base.rgb_map)[1, 0]))
+    assert np.array_equal(right, _enlarged(cand.previews(base.rgb_map)[1, 0]))
+    assert heat.shape[:2] == left.shape[:2] and "Step 1 of 1" in text and "lora" in text and "PSNR" in text
+    assert figure.axes[0].get_title().endswith("every step: lora")
+    with gr.Blocks():
+        view = build_trajectory_view(service)
+    loaded = view["load"](pair["id"], 0.05)
+    assert "2 steps" in loaded[0] and loaded[1]["maximum"] == 1
+    first = client.get(f"/v1/pairs/{pair['id']}/trajectory").json()["first_over"]
+    jumped = view["jump"](pair["id"], 0.05)
+    assert jumped == first if first is not None else jumped == gr.update()
+    plain = client.get("/v1/pairs", params={"limit": 100}).json()["data"]
+    unrecorded = next((p for p in plain if p["trajectory"] is None and p["status"] == "completed"), None) \
+        or wait_for(client, client.post("/v1/pairs", json=PAIR).json()["id"])
+    assert view["load"](unrecorded["id"], 0.05)[0] == NOT_RECORDED
+    assert "threshold" in trajectory_step_outputs(service, pair["id"], 0, 0, -1)[3]  # a bad threshold is named

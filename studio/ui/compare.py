@@ -1,6 +1,6 @@
 """The Compare tab: both clips of a pair side by side, played from one clock, frame by frame with per-frame
-metrics, a wipe, a difference heatmap, the ghost overlay and the FLIP error map, the quality summary, and both
-soundtracks.
+metrics, a wipe, a difference heatmap, the ghost overlay and the FLIP error map, the quality summary, both
+soundtracks, and for a pair recorded with its trajectory the Trajectory view (studio/ui/trajectory.py).
 
 Every handler reads the stored pair through :class:`studio.service.StudioService` and the stored clip files
 (decoded once per clip by the shared ClipCache); nothing here computes a metric.
@@ -40,6 +40,7 @@ from studio.ui.player import (
     PLAYER_JS,
     SEEK_ON_SLIDE_JS,
 )
+from studio.ui.trajectory import build_trajectory_view, wire_trajectory_view
 
 VIEWS = ("Wipe (drag the handle)", "|Δ| heatmap", "Ghost overlay", "FLIP error map")
 OVERLAY_KINDS = {VIEWS[1]: "diff", VIEWS[2]: "ghost", VIEWS[3]: "flip"}  # view -> studio.quality overlay kind
@@ -97,6 +98,7 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
                                        title="Subject present (share) / FLIP on subject per frame (drag to jump)")
             worst_table = gr.Dataframe(label="Worst frames (click a row to jump)", interactive=False,
                                        elem_id="h3-worst-table")
+    trajectory = build_trajectory_view(service)  # recorded pairs: where the runs part, step by step
     to_review = gr.Button("Review this pair →", elem_id="h3-to-review", size="sm")
     gr.Markdown("### Soundtracks")
     with gr.Row():
@@ -210,6 +212,7 @@ def build_compare_tab(service: StudioService, clips: ClipCache, media: MediaDir,
         row = evt.row_value if getattr(evt, "row_value", None) else None
         return int(row[0]) if row else gr.update()
 
+    wire_trajectory_view(trajectory, pair)
     worst.click(jump_worst, [pair, worst_by], frame)
     worst_by.change(lambda pid, key: _worst_table(frame_series(service.get_pair(pid).metrics), key) if pid
                     else gr.update(), [pair, worst_by], worst_table)

@@ -1,0 +1,105 @@
+"""Issue 37 item 3: the data behind Compare → Trajectory (studio/ui/trajectory.py) on made-up trajectories whose
+candidate departs at a known step and cell, and the alignment of runs with different step counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.trajectory import Trajectory, to_rgb
+from studio.trajectory import align, compare_trajectories
+from studio.ui.trajectory import (
+    _enlarged,
+    divergence_figure,
+    first_step_over,
+    heat_image,
+    marker_rows,
+    step_view,
+    trajectory_data,
+)
+
+STEPS, CHANNELS, FRAMES, ROWS, COLS = 4, 2, 2, 3, 4
+RGB_MAP = np.array([[0.3, 0.1, 0.0], [0.0, 0.2, 0.3], [0.4, 0.4, 0.4]], np.float32)  # (C + 1, 3)
+CANDIDATE_RECORDS = [
+    {"step": 0, "sparse_blocks": 0, "dense_blocks": 4, "cache": "computed (warm-up or last step)"},
+    {"step": 1, "sparse_blocks": 0, "dense_blocks": 4, "cache": "computed"},
+    {"step": 2, "sparse_blocks": 3, "dense_blocks": 1, "cache": "computed"},
+    {"step": 3, "sparse_blocks": 4, "dense_blocks": 0, "cache": "hit"},
+]
+
+
+def runs():
+    generator = np.random.default_rng(3)
+    x0 = generator.normal(size=(STEPS, CHANNELS, FRAMES, ROWS, COLS)).astype(np.float16)
+    cand_x0 = x0.copy()
+    cand_x0[2:, :, :, 0, 0] += 1.5  # departs at step 2, in the top-left cell only
+    base = Trajectory(x0=x0, t=[0.0, 0.25, 0.5, 0.75], records=[{"step": i} for i in range(STEPS)],
+                      rgb_map=RGB_MAP, fit={"psnr_db": 31.04, "cells": 24, "in_sample": True})
+    cand = Trajectory(x0=cand_x0, t=[0.0, 0.25, 0.5, 0.75], records=CANDIDATE_RECORDS,
+                      techniques=["lora", "sparse", "cache"], rgb_map=RGB_MAP * 2, fit={"psnr_db": 20.0})
+    return base, cand
+
+
+def view_data():
+    base, cand = runs()
+    result = compare_trajectories(base, cand, threshold=0.05)
+    result.update(preview={"psnr_db": base.fit["psnr_db"], "in_sample": True}, aligned=None,
+                  runs={"baseline": {"stored_bytes": 100}, "candidate": {"stored_bytes": 120}})
+    return trajectory_data(result, base, cand), base, cand
+
+
+def test_the_step_callback_shows_that_steps_previews_heat_and_markers():
+    data, base, cand = view_data()
+    shown = step_view(data, 2, 1)
+    assert (shown["step"], shown["latent_frame"]) == (2, 1)
+    # both runs through the baseline's map (the candidate's own differs), at step 2 and latent frame 1
+    assert np.array_equal(shown["baseline"], _enlarged(to_rgb(base.x0, RGB_MAP)[2, 1]))
+    assert np.array_equal(shown["candidate"], _enlarged(to_rgb(cand.x0, RGB_MAP)[2, 1]))
+    factor = shown["heat"].shape[0] // ROWS
+    assert shown["heat"].shape[:2] == (ROWS * factor, COLS * factor) and factor > 1
+    none = heat_image(np.zeros(1), 1.0)[0]  # inferno's colour of 0: near black
+    rest = shown["heat"].copy()
+    rest[:factor, :factor] = none
+    assert (rest == none).all()  # only the departed cell is lit
+    assert shown["heat"][:factor, :factor].astype(int).sum(axis=-1).min() > 400  # bright: high on the scale
+    text = shown["html"]
+    assert "Step 2 of 3" in text and "over the threshold" in text and "first over the threshold: step 2" in text
+    assert "Accelerated: mixed attention (3 sparse, 1 dense blocks), cache: computed, lora" in text
+    assert "in-sample only: PSNR 31.0 dB" in text
+    before = step_view(data, 1)
+    assert "<b>over the threshold" not in before["html"] and (before["heat"] == none).all()
+    assert np.array_equal(before["candidate"], _enlarged(to_rgb(base.x0, RGB_MAP)[1, 0]))  # same x0 before step 2
+    assert "sparse attention (4 sparse, 0 dense blocks), cache hit, lora" in step_view(data, 3)["html"]
+    assert step_view(data, 99, -5)["step"] == 3 and step_view(data, 99, -5)["latent_frame"] == 0
+
+
+def test_the_plot_marks_techniques_and_the_jump_goes_to_the_first_step_over():
+    data, _, _ = view_data()
+    assert first_step_over(data) == 2
+    marks = marker_rows(data.result)
+    assert [m["attention"] for m in marks] == ["dense", "dense", "mixed", "sparse"]
+    assert [m["cache_hit"] for m in marks] == [False, False, False, True]
+    figure = divergence_figure(data.result, step=1)
+    axis = figure.axes[0]
+    labels = axis.get_legend_handles_labels()[1]
+    assert {"overall", "threshold", "mixed attention", "sparse attention", "cache hit", "first over (overall)"} \
+        <= set(labels)
+    hits = next(line for line in axis.lines if line.get_label() == "cache hit")
+    assert list(hits.get_xdata()) == [3]
+    overall = next(line for line in axis.lines if line.get_label() == "overall")
+    assert list(overall.get_ydata()[:2]) == [0.0, 0.0] and overall.get_ydata()[2] > 0.05
+    assert "every step: lora" in axis.get_title()
+
+
+def test_runs_of_different_lengths_are_compared_at_the_candidates_timesteps():
+    base, cand = runs()
+    short = Trajectory(x0=cand.x0[[0, 3]], t=[0.125, 0.75], records=[CANDIDATE_RECORDS[0], CANDIDATE_RECORDS[3]],
+                       techniques=cand.techniques)
+    aligned, note = align(base, short)
+    assert "4 and 2 steps" in note and aligned.steps == 2 and aligned.t == [0.125, 0.75]
+    halfway = (base.x0[0].astype(np.float32) + base.x0[1].astype(np.float32)) / 2
+    assert np.allclose(aligned.x0[0], halfway) and np.array_equal(aligned.x0[1], base.x0[3].astype(np.float32))
+    assert aligned.records == [{"step": 1}, {"step": 3}]  # the nearer baseline step's markers (a tie goes later)
+    assert align(base, cand) == (base, None)
+    with pytest.raises(ValueError, match="differ in shape"):
+        compare_trajectories(base, short)  # unaligned runs are refused, never compared step for step
