@@ -204,3 +204,21 @@ def test_the_trajectory_views_callbacks_on_a_recorded_pair(studio, recorded):
         or wait_for(client, client.post("/v1/pairs", json=PAIR).json()["id"])
     assert view["load"](unrecorded["id"], 0.05)[0] == NOT_RECORDED
     assert "threshold" in trajectory_step_outputs(service, pair["id"], 0, 0, -1)[3]  # a bad threshold is named
+
+
+def test_the_cli_records_one_clips_trajectory_beside_it(tmp_path, capsys):
+    import json
+
+    from engine.__main__ import main
+
+    out = tmp_path / "clip.mp4"
+    assert main(["generate", "--prompt", PAIR["prompt"], "--seed", "11", "--steps", "2", "--short-edge", "32",
+                 "--out", str(out), "--trajectory", "--quiet"]) == 0
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    path = tmp_path / "clip.trajectory.npz"
+    assert said["trajectory"] == str(path) and said["trajectory_bytes"] == path.stat().st_size
+    stored = Trajectory.from_npz(path.read_bytes())
+    assert stored.steps == 2 and stored.nbytes == said["trajectory_x0_bytes"] and said["preview_fit_psnr_db"] > 20
+    assert main(["generate", "--prompt", "x", "--out", str(tmp_path / "b.mp4"), "--trajectory", "--ulysses",
+                 "2"]) == 2
+    assert "--trajectory" in capsys.readouterr().err
