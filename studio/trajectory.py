@@ -24,6 +24,7 @@ import numpy as np
 from db.errors import Conflict, NotFound
 from engine.errors import RequestError
 from engine.trajectory import Trajectory, pool_video
+from studio.quality.analysis import analysis_factor
 from studio.quality.clipio import read_clip
 from studio.quality.subject import SubjectParams, subject_mask
 
@@ -59,10 +60,11 @@ def step_marks(record: dict, techniques: list[str]) -> dict:
 
 
 def compare_trajectories(base: Trajectory, cand: Trajectory, base_frames: np.ndarray | None = None,
-                         threshold: float = THRESHOLD, factor: int = 1) -> dict:
+                         threshold: float = THRESHOLD, factor: int = 1, weights: np.ndarray | None = None) -> dict:
     """The divergence per step of `cand` from `base` (same request, same seed: equal shapes) as plain JSON data.
 
-    `base_frames`: the baseline's finished uint8 frames, for the subject region (None: no subject figures).
+    `base_frames`: the baseline's finished uint8 frames, for the subject region (None: no subject figures);
+    `weights`: that region already pooled (`subject_weights`), instead of the frames.
     Returns {"steps": [{step, t, overall, subject, background, base, candidate}], "heat": (steps, gh, gw) list,
     "first_over": the first step whose subject (else overall) divergence exceeds `threshold`, or None, ...}."""
     if base.x0.shape != cand.x0.shape:
@@ -72,7 +74,8 @@ def compare_trajectories(base: Trajectory, cand: Trajectory, base_frames: np.nda
     diff2 = ((b - c) ** 2).mean(axis=1)  # (steps, F, gh, gw)
     base2 = (b ** 2).mean(axis=1)
     latent_frames, grid = b.shape[2], b.shape[3:]
-    weights = subject_weights(base_frames, latent_frames, grid, factor) if base_frames is not None else None
+    if weights is None and base_frames is not None:
+        weights = subject_weights(base_frames, latent_frames, grid, factor)
     ones = np.ones(diff2.shape[1:])
     rows = []
     for index in range(len(diff2)):
@@ -129,7 +132,7 @@ class PairTrajectories:
 
     def __init__(self, store):
         self.store = store
-        self._loaded: OrderedDict[tuple[str, str], tuple[Trajectory, Trajectory, np.ndarray]] = OrderedDict()
+        self._loaded: OrderedDict[tuple[str, str], tuple[Trajectory, Trajectory, np.ndarray | None]] = OrderedDict()
         self._results: OrderedDict[tuple[str, str, float], dict] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -138,8 +141,10 @@ class PairTrajectories:
         videos = [self.store.get_video(v) for v in (pair.baseline_video_id, pair.candidate_video_id) if v]
         return len(videos) == 2 and all(video.request.get("trajectory") is True for video in videos)
 
-    def load(self, pair) -> tuple[Trajectory, Trajectory, np.ndarray]:
-        """(the baseline's trajectory, the candidate's, the baseline's frames) of a completed recorded pair."""
+    def load(self, pair) -> tuple[Trajectory, Trajectory, np.ndarray | None]:
+        """(the baseline's trajectory, the candidate's, its subject's share of each cell: `subject_weights` on the
+        baseline's frames at the quality module's analysis grid, as its subject gates see it) of a completed recorded
+        pair. The frames themselves are not kept (a 5 s 768p clip's are 375 MB)."""
         if not self.recorded(pair):
             raise NotFound("trajectory", f"pair {pair.id} was not recorded: its trajectory exists only for a pair "
                                          "submitted with \"trajectory\": true (REST), \"Record the denoising "
@@ -162,7 +167,10 @@ class PairTrajectories:
                 raise Conflict("trajectory", f"the {role}'s stored trajectory (clip {sha[:12]}) cannot be read "
                                              f"({type(error).__name__}); record the pair again") from None
         frames = read_clip(self.store.verified_clip_path(key[0])).frames
-        loaded = (runs[0], runs[1], frames)
+        x0 = runs[0].x0
+        weights = subject_weights(frames, x0.shape[2], x0.shape[3:], analysis_factor(frames.shape[2], frames.shape[1]))
+        del frames
+        loaded = (runs[0], runs[1], weights)
         with self._lock:
             self._loaded[key] = loaded
             while len(self._loaded) > self.KEEP:
@@ -173,14 +181,14 @@ class PairTrajectories:
         """compare_trajectories' result for a completed recorded pair, with the steps aligned (`align`), each run's
         techniques, the stored sizes and the preview's measured fidelity."""
         threshold = check_threshold(threshold)
-        base, cand, frames = self.load(pair)
+        base, cand, weights = self.load(pair)
         key = (pair.baseline_clip_sha, pair.candidate_clip_sha, threshold)
         with self._lock:
             if key in self._results:
                 self._results.move_to_end(key)
                 return self._results[key]
         aligned, note = align(base, cand)
-        result = compare_trajectories(aligned, cand, frames, threshold)
+        result = compare_trajectories(aligned, cand, threshold=threshold, weights=weights)
         result.update(
             object="pair.trajectory", pair_id=pair.id, aligned=note,
             runs={role: {"steps": run.steps, "techniques": run.techniques, "preview_fit": run.fit,
