@@ -126,9 +126,11 @@ PREVIEW_NOTE = ("x0 previews: a linear latent-to-RGB map fitted by least squares
 
 class PairTrajectories:
     """Recorded pairs' trajectories from the store (npz beside each clip, db.Store.put_trajectory) and their
-    divergence; the last few pairs' are kept in memory (a 50-step full-size pair holds about 25 MB)."""
+    divergence. The last pairs read are kept in memory up to KEEP pairs and KEEP_BYTES of x0 (a 50-step 5 s 768p
+    pair holds 25 MB; a 100-step 15 s one 150 MB, kept alone), and their results (heat maps of a few hundred KB)."""
 
     KEEP = 4
+    KEEP_BYTES = 128 * 2**20
 
     def __init__(self, store):
         self.store = store
@@ -173,7 +175,8 @@ class PairTrajectories:
         loaded = (runs[0], runs[1], weights)
         with self._lock:
             self._loaded[key] = loaded
-            while len(self._loaded) > self.KEEP:
+            while len(self._loaded) > 1 and (len(self._loaded) > self.KEEP or sum(
+                    base.nbytes + cand.nbytes for base, cand, _ in self._loaded.values()) > self.KEEP_BYTES):
                 self._loaded.popitem(last=False)
         return loaded
 

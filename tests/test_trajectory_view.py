@@ -88,7 +88,7 @@ def test_the_plot_marks_techniques_and_the_jump_goes_to_the_first_step_over():
     assert list(hits.get_xdata()) == [3]
     overall = next(line for line in axis.lines if line.get_label() == "overall")
     assert list(overall.get_ydata()[:2]) == [0.0, 0.0] and overall.get_ydata()[2] > 0.05
-    assert "every step: lora" in axis.get_title()
+    assert "unshaded: dense attention" in axis.get_title() and "every step: lora" in axis.get_title()
 
 
 def test_runs_of_different_lengths_are_compared_at_the_candidates_timesteps():
@@ -103,3 +103,31 @@ def test_runs_of_different_lengths_are_compared_at_the_candidates_timesteps():
     assert align(base, cand) == (base, None)
     with pytest.raises(ValueError, match="differ in shape"):
         compare_trajectories(base, short)  # unaligned runs are refused, never compared step for step
+
+
+def test_pairs_kept_in_memory_are_bounded_in_bytes(tmp_path):
+    from types import SimpleNamespace
+
+    from engine.media import encode_mp4
+    from studio.trajectory import PairTrajectories
+
+    clip = tmp_path / "base.mp4"
+    clip.write_bytes(encode_mp4(np.full((5, 32, 64, 3), 90, np.uint8), 24))
+    base, cand = runs()
+    store = SimpleNamespace(get_video=lambda _: SimpleNamespace(request={"trajectory": True}),
+                            read_trajectory=lambda sha: (base if sha.startswith("b") else cand).to_npz(),
+                            verified_clip_path=lambda _: clip, trajectory_size=lambda _: 1)
+    kept = PairTrajectories(store)
+    kept.KEEP_BYTES = 2 * (base.nbytes + cand.nbytes)  # room for two pairs
+    pairs = [SimpleNamespace(id=f"p{i}", status="completed", error=None, baseline_video_id="v", candidate_video_id="w",
+                             baseline_clip_sha=f"b{i}", candidate_clip_sha=f"c{i}") for i in range(3)]
+    for pair in pairs:
+        kept.divergence(pair)
+    assert list(kept._loaded) == [("b1", "c1"), ("b2", "c2")]  # the oldest went once a third did not fit
+    kept.KEEP_BYTES = 1
+    kept.load(pairs[0])
+    assert list(kept._loaded) == [("b0", "c0")]  # however large, the pair being read is kept
+    pairs[0].status = "in_progress"
+    with pytest.raises(Exception, match="is in_progress") as refused:
+        kept.load(pairs[0])
+    assert refused.value.field == "status"

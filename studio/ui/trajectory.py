@@ -169,6 +169,8 @@ def divergence_figure(result: dict[str, Any], step: int | None = None):
     if step is not None:
         axis.axvline(step, color="black", linewidth=1, alpha=0.6)
     title = "Divergence of the accelerated run's x0 from the baseline's, per step"
+    if any(mark["attention"] for mark in marks):
+        title += " · unshaded: dense attention"
     axis.set_title(title + (f" · every step: {', '.join(always)}" if always else ""), fontsize=9)
     axis.set_xlabel("denoising step")
     axis.set_ylabel("relative RMS of x0")
