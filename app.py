@@ -92,6 +92,7 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     # starts: two threads importing one package graph at once can see half-initialised modules.
     import engine.engine  # noqa: F401
     from studio.api import create_app
+    from studio.api_searches import install_search_routes
     from studio.api_uploads import install_upload_routes
     from studio.budget import DEFAULT_MAX_JOB_SECONDS, DEFAULT_MAX_JOBS_PER_USER
     from studio.remote import RemotePool
@@ -101,13 +102,14 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     service = StudioService.open(Path(args.data_dir), pod_rate_usd_per_hour=args.pod_rate, queue_size=args.queue_size,
                                  max_job_seconds=getattr(args, "max_job_seconds", DEFAULT_MAX_JOB_SECONDS),
                                  max_jobs_per_user=getattr(args, "max_jobs_per_user", DEFAULT_MAX_JOBS_PER_USER)
-                                 or None, remotes=pool)
+                                 or None, remotes=pool, tiers_file=args.tiers_file)
     if pool is not None:
         pool.start()  # probes every server in the background; /health and the tier picker show the result
     loader = engine_loader(args.model, args.tiers_file, getattr(args, "ulysses", 1))
     service.start_loading(loader)  # now, not at server startup: the weights load while Gradio builds the UI
     app = create_app(service, accounts=accounts, loader=loader, default_tier=getattr(args, "default_tier", None))
     install_upload_routes(app, service, accounts, getattr(args, "default_tier", None))  # fl2va/ref2va uploads
+    install_search_routes(app, service, accounts)  # configuration searches (studio/searches.py)
     if not args.no_ui:
         from studio.ui import build_ui
         from studio.ui.mount import mount_ui

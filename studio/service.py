@@ -47,6 +47,7 @@ from studio.previews import preview
 from studio.public_text import hide_paths
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
 from studio.roles import OPEN, Actor
+from studio.searches import SearchManager
 from studio.trajectory import THRESHOLD, PairTrajectories
 from studio.views import PairView, VideoView, clip_cost_usd, pair_view, video_view
 
@@ -84,6 +85,7 @@ class ServiceConfig:
     queue_size: int = 8
     max_job_seconds: float = DEFAULT_MAX_JOB_SECONDS  # a local job estimated longer is refused (studio/budget.py)
     max_jobs_per_user: int | None = None  # queued or running, per queue; None: no share (app.py's --max-jobs-per-user)
+    tiers_file: Path | None = None  # app.py's --tiers-file: where "save as tier" appends (else the data dir's)
 
     @property
     def overlay_dir(self) -> Path:
@@ -118,6 +120,7 @@ class StudioService:
         self.pairs = PairFlow(store, config.overlay_dir, quality_loader, self._lock)
         self.blind = BlindService(store)  # blind A/B reviews (studio/blind.py)
         self.trajectories = PairTrajectories(store)  # recorded pairs' trajectories (studio/trajectory.py)
+        self.searches = SearchManager(self, tiers_file=config.tiers_file)  # configuration searches (studio/searches.py)
         self._remote_queues = {
             tier: JobQueue(remotes.engine(tier), store, config.queue_size, on_start=self.pairs.video_started,
                            on_finish=self.pairs.video_finished, workers=len(remotes.servers(tier)),
@@ -132,13 +135,15 @@ class StudioService:
     def open(cls, data_dir: str | Path, pod_rate_usd_per_hour: float = DEFAULT_POD_RATE, queue_size: int = 8,
              engine: ModelEngine | None = None, approval_rule: ApprovalRule | None = None, recover: bool = True,
              max_job_seconds: float = DEFAULT_MAX_JOB_SECONDS,
-             max_jobs_per_user: int | None = None, **kwargs: Any) -> StudioService:
+             max_jobs_per_user: int | None = None, tiers_file: str | Path | None = None,
+             **kwargs: Any) -> StudioService:
         """Open (or create) the store under ``data_dir`` and build the service on it.
 
         ``recover`` (the serving process) marks jobs a crash left unfinished as failed; a second process on
         the same data dir passes False.
         """
-        config = ServiceConfig(Path(data_dir), pod_rate_usd_per_hour, queue_size, max_job_seconds, max_jobs_per_user)
+        config = ServiceConfig(Path(data_dir), pod_rate_usd_per_hour, queue_size, max_job_seconds, max_jobs_per_user,
+                               Path(tiers_file) if tiers_file else None)
         return cls(Store(config.data_dir, approval_rule, recover=recover), config, engine=engine, **kwargs)
 
     def _resume_remote_jobs(self, videos: list[VideoRecord]) -> None:
@@ -174,6 +179,7 @@ class StudioService:
         with self._lock:
             if self._engine is not None:
                 raise RuntimeError("an engine is already attached")
+            self.searches.attach(engine)  # candidates queued for review are served again, before any job runs
             self._queue = JobQueue(engine, self.store, self.config.queue_size,
                                    on_start=self.pairs.video_started, on_finish=self.pairs.video_finished,
                                    max_per_user=self.config.max_jobs_per_user)
@@ -284,6 +290,7 @@ class StudioService:
         if self._closed:
             return
         self._closed = True
+        self.searches.close()  # a running search stops after its current clip's next step
         self.campaigns.close()  # first: no new pairs while the queues stop
         for queue in self._all_queues():
             queue.stop()

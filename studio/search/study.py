@@ -25,6 +25,7 @@ models from its 10th candidate on and handles constraints (Optuna's c-TPE).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -55,8 +56,14 @@ class SearchCancelled(Exception):
 
 
 def storage(data_dir: str | Path) -> optuna.storages.RDBStorage:
-    path = Path(data_dir) / STUDY_FILE
+    """The data dir's search storage; one per file and process (a server's REST reads share the runner's)."""
+    path = (Path(data_dir) / STUDY_FILE).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
+    return _storage(str(path))
+
+
+@functools.lru_cache(maxsize=32)
+def _storage(path: str) -> optuna.storages.RDBStorage:
     return optuna.storages.RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 30}})
 
 
@@ -117,6 +124,10 @@ class SearchRun:
 
     def start(self, spec: SearchSpec) -> dict[str, Any]:
         """Create the study and run it; RequestError naming `name` if a search of that name exists."""
+        return self._run(self.create(spec), spec)
+
+    def create(self, spec: SearchSpec, **attrs: Any) -> optuna.Study:
+        """Create and store the study (nothing runs: `resume(name)` runs it); `attrs`: more user attributes."""
         spec.space  # noqa: B018 - refuse a bad space before storing anything
         self.evaluator.tiers.get(spec.base_tier)
         try:
@@ -129,7 +140,9 @@ class SearchRun:
         study.set_user_attr("objectives", [list(o) for o in OBJECTIVES])
         study.set_user_attr("device", self.evaluator.device)
         study.set_user_attr("base_tier_config", self.evaluator.tiers.get(spec.base_tier).to_dict())
-        return self._run(study, spec)
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+        return study
 
     def resume(self, name: str) -> dict[str, Any]:
         study, spec = load(self.data_dir, name)

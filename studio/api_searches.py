@@ -1,0 +1,82 @@
+"""REST for configuration searches (studio/searches.py; the search itself is studio/search/):
+
+    GET    /v1/search-knobs                                  every knob a search can vary, with its range
+    POST   /v1/searches                                      start one (body: studio/search/spec.py's JSON)
+    GET    /v1/searches                                      each with its progress
+    GET    /v1/searches/{name}                               progress (done / budget, best so far), candidates, front
+    DELETE /v1/searches/{name}                               cancel after the current clip
+    POST   /v1/searches/{name}/resume                        run a stopped or cancelled one on
+    GET    /v1/searches/{name}/front                         the Pareto front (feasible candidates only)
+    POST   /v1/searches/{name}/candidates/{n}/worst-pair     the candidate's worst (prompt, seed) as a pair
+
+Errors are studio/api.py's: 400 naming the field, 404 for an unknown search or candidate, 409 when a search of that
+name exists, another one runs, or it is not running; 503 while the engine loads. Every cost in a response is
+labelled "measured" (on the device the search ran on) or "modelled" (the full-size clip on the H200).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Request
+
+from studio.api import _actor, _current_user, _TypedRoute, client_address
+from studio.auth import Accounts
+from studio.service import StudioService
+
+
+def create_search_router(service: StudioService, accounts: Accounts | None = None) -> APIRouter:
+    """The /v1 search routes; every route requires a signed-in user when ``accounts`` is given."""
+    current_user = _current_user(accounts)
+    router = APIRouter(prefix="/v1", dependencies=[Depends(current_user)], route_class=_TypedRoute)
+
+    @router.get("/search-knobs", tags=["searches"], summary="Every knob a search can vary, with its declared range")
+    def search_knobs() -> dict[str, Any]:
+        from engine.techniques import all_knobs
+
+        return {"object": "list", "data": [k.to_dict() for k in all_knobs()]}
+
+    @router.post("/searches", tags=["searches"],
+                 summary="Start a configuration search in the background (spec: studio/search/spec.py)")
+    def start_search(body: dict[str, Any] = Body(...), user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return service.searches.start(body, created_by=user)
+
+    @router.get("/searches", tags=["searches"], summary="Searches with their progress")
+    def list_searches() -> dict[str, Any]:
+        return {"object": "list", "data": service.searches.list()}
+
+    @router.get("/searches/{name}", tags=["searches"],
+                summary="A search: progress (done / budget, best so far), every candidate, the front, costs labelled")
+    def get_search(name: str) -> dict[str, Any]:
+        return service.searches.show(name)
+
+    @router.delete("/searches/{name}", tags=["searches"],
+                   summary="Cancel a running search after its current clip (its creator or an admin)")
+    def cancel_search(name: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return service.searches.cancel(name, _actor(accounts, user))
+
+    @router.post("/searches/{name}/resume", tags=["searches"], summary="Run a stopped or cancelled search on")
+    def resume_search(name: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return service.searches.resume(name, _actor(accounts, user))
+
+    @router.get("/searches/{name}/front", tags=["searches"], summary="The Pareto front: feasible candidates only")
+    def search_front(name: str) -> dict[str, Any]:
+        return service.searches.front(name)
+
+    @router.post("/searches/{name}/candidates/{candidate}/worst-pair", tags=["searches"],
+                 summary="The candidate's worst (prompt, seed) as a pair: the one made before, else queued now")
+    def search_worst_pair(name: str, candidate: int, request: Request,
+                          user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return service.searches.worst_pair(name, candidate, submitted_by=user, client=client_address(request))
+
+    return router
+
+
+def install_search_routes(app: FastAPI, service: StudioService, accounts: Accounts | None = None) -> None:
+    """Add the search routes to studio/api.py's app (app.py does, as for the uploads), ahead of its catch-all
+    answer for unknown /v1 paths."""
+    before = len(app.router.routes)
+    app.include_router(create_search_router(service, accounts))
+    added = app.router.routes[before:]
+    del app.router.routes[before:]
+    app.router.routes[0:0] = added

@@ -1,0 +1,245 @@
+"""Configuration searches over REST (issue 36 items 4-5): start, progress, cancel, resume, the front, a candidate's
+worst pair, errors naming the field; searches give way to the job queue. The search objective is a stub (no clip is
+made for it); the served engine is the nano, which makes the pairs a person asks for."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.errors import GenerationCancelled
+from studio.api import create_app
+from studio.api_searches import install_search_routes
+from studio.search import CaseResult, SearchCancelled
+from studio.searches import EngineBusy
+from studio.service import StudioService
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PROMPTS = ["a red circle moves left to right", "a blue square moves up"]
+REQUEST = {"duration_seconds": 5, "short_edge": 32, "steps": 2}
+# The stub objective over turbo's LoRA scale × bucket: (cost, subject presence); scale 1.5 fails a gate on prompt 2.
+TABLE = {(0.5, 0): (1.0, 0.70), (0.5, 64): (1.2, 0.60), (1.0, 0): (2.0, 0.95), (1.0, 64): (2.5, 0.90),
+         (1.5, 0): (0.5, 0.99), (1.5, 64): (0.6, 0.99)}
+KNOWN_FRONT = {(0.5, 0), (1.0, 0)}
+
+
+class StubObjective:
+    """Answers from TABLE; `hold` (when set) makes every case wait until released, so a run can be watched."""
+
+    def __init__(self):
+        self.hold: threading.Event | None = None
+        self.entered = threading.Event()
+        self.calls: list[tuple[str, str]] = []
+
+    def evaluator(self, engine):
+        outer = self
+
+        class Evaluator:
+            device = "stub"
+            tiers = engine.tiers  # the served engine's table, through the search's EngineBusy view
+
+            def evaluate(self, tier, prompt, seed, request):
+                outer.calls.append((tier.name, prompt))
+                outer.entered.set()
+                if outer.hold is not None:
+                    while not outer.hold.wait(0.05):
+                        if engine._cancelled():
+                            raise SearchCancelled
+                cost, present = TABLE[(tier.lora.scale, tier.bucket)]
+                failed = ("subject_lost",) if tier.lora.scale == 1.5 and prompt == PROMPTS[1] else ()
+                return CaseResult(prompt, seed, cost, 3.0, failed, {"subject_present": present, "subject_flip": 0.1})
+
+        return Evaluator()
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory, nano_engine):
+    root = tmp_path_factory.mktemp("search_api")
+    objective = StubObjective()
+    service = StudioService.open(root / "data", engine=nano_engine, queue_size=8, quality_loader=lambda: None)
+    service.searches.evaluator_factory = objective.evaluator
+    app = create_app(service)
+    install_search_routes(app, service)  # as app.py does
+    with TestClient(app) as client:
+        yield SimpleNamespace(client=client, service=service, objective=objective)
+
+
+def spec(name: str, candidates: int = 12, **extra) -> dict:
+    return {"name": name, "base_tier": "turbo", "prompts": PROMPTS, "seeds": [0], "candidates": candidates,
+            "sampler_seed": 1, "request": REQUEST,
+            "knobs": {"lora.scale": {"choices": [0.5, 1.0, 1.5]}, "bucket": {"choices": [0, 64]}}, **extra}
+
+
+def finished(client, name: str, timeout_s: float = 120) -> dict:
+    return wait_until(lambda: (body := client.get(f"/v1/searches/{name}").json())["progress"]["state"]
+                      in ("finished", "cancelled", "failed") and body, timeout_s, 0.05, f"search {name}")
+
+
+def ensure_front(studio) -> dict:
+    """The finished search "front" (the first test starts it; run alone, a test starts it here)."""
+    if "front" not in studio.service.searches.names():
+        assert studio.client.post("/v1/searches", json=spec("front")).status_code == 200
+    return finished(studio.client, "front")
+
+
+def error_of(response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    return body["error"]
+
+
+def test_a_search_runs_in_the_background_and_reports_progress_best_so_far_and_the_front(studio):
+    client = studio.client
+    started = client.post("/v1/searches", json=spec("front"))
+    assert started.status_code == 200, started.text
+    assert started.json()["progress"]["budget"] == 12 and started.json()["progress"]["state"] in ("running",
+                                                                                                "finished")
+    done = finished(client, "front")
+    progress = done["progress"]
+    assert (progress["state"], progress["done"], progress["budget"], progress["fraction"]) == ("finished", 12, 12, 1.0)
+    front = client.get("/v1/searches/front/front").json()
+    assert {(row["knobs"]["lora.scale"], row["knobs"]["bucket"]) for row in front["data"]} == KNOWN_FRONT
+    cheapest = progress["best_so_far"]["cheapest_feasible"]
+    assert cheapest["measured_s"] == 1.0  # scale 1.5 is cheaper still, but fails a gate: never "best"
+    assert cheapest["modelled_s"] is not None
+    # Every cost says what it is.
+    assert front["cost"]["measured"]["label"] == "measured on stub"
+    assert front["cost"]["modelled"]["label"].startswith("modelled: full-size clip on the NVIDIA H200")
+    assert all(set(row["cost"]) >= {"measured_s", "modelled_s"} for row in front["data"])
+    listed = {row["name"]: row for row in client.get("/v1/searches").json()["data"]}
+    assert listed["front"]["progress"]["done"] == 12 and listed["front"]["cost"]["measured"] == "measured on stub"
+    assert listed["front"]["best_modelled_cost_s"] == done["best_modelled_cost_s"]
+
+
+@pytest.mark.parametrize(("body", "status", "field"), [
+    ({**spec("bad"), "knobs": {"sparse.nope": None}}, 400, "knobs.sparse.nope"),
+    ({**spec("bad"), "base_tier": "nope"}, 400, "base_tier"),
+    ({**spec("bad"), "request": {**REQUEST, "duration_seconds": 9999}}, 400, "request.duration_seconds"),
+    ({**spec("bad"), "request": {"colour": 1}}, 400, "request.colour"),
+    ({**spec("bad"), "seeds": []}, 400, "seeds"),
+    ({**spec("bad"), "name": "a.b"}, 400, "name"),
+    ([1, 2], 400, "body"),
+])
+def test_a_bad_search_is_refused_naming_the_field_and_nothing_is_stored(studio, body, status, field):
+    response = studio.client.post("/v1/searches", json=body)
+    assert response.status_code == status, response.text
+    assert error_of(response)["field"] == field
+    assert "bad" not in studio.service.searches.names()
+
+
+def test_unknown_searches_and_candidates_are_404_naming_them(studio):
+    client = studio.client
+    for method, url in (("get", "/v1/searches/nope"), ("delete", "/v1/searches/nope"),
+                        ("post", "/v1/searches/nope/resume"), ("get", "/v1/searches/nope/front")):
+        response = getattr(client, method)(url)
+        assert response.status_code == 404 and error_of(response)["field"] == "name", (url, response.text)
+    ensure_front(studio)
+    response = client.post("/v1/searches/front/candidates/999/worst-pair")
+    assert response.status_code == 404 and error_of(response)["field"] == "candidate"
+    response = client.post("/v1/searches/front/candidates/x/worst-pair")
+    assert response.status_code == 400 and error_of(response)["field"] == "candidate"
+    response = client.post("/v1/searches", json=spec("front"))
+    assert response.status_code == 409 and error_of(response)["field"] == "name"
+    response = client.delete("/v1/searches/front")
+    assert response.status_code == 409 and error_of(response)["field"] == "name"  # not running
+
+
+def test_cancel_stops_a_running_search_and_resume_finishes_its_budget(studio):
+    client, objective = studio.client, studio.objective
+    objective.hold, objective.entered = threading.Event(), threading.Event()
+    try:
+        assert client.post("/v1/searches", json=spec("held", candidates=4)).status_code == 200
+        assert objective.entered.wait(30)
+        running = client.get("/v1/searches/held").json()["progress"]
+        assert running["state"] == "running" and running["current"]["candidate"] == 0 and running["done"] == 0
+        other = client.post("/v1/searches", json=spec("second"))  # one search at a time
+        assert other.status_code == 409 and error_of(other)["field"] == "name"
+        again = client.post("/v1/searches/held/resume")
+        assert again.status_code == 409 and error_of(again)["field"] == "name"
+        cancelled = client.delete("/v1/searches/held")
+        assert cancelled.status_code == 200 and cancelled.json()["progress"]["state"] in ("cancelling", "cancelled")
+        stopped = finished(client, "held")
+        assert stopped["progress"]["state"] == "cancelled" and stopped["progress"]["done"] < 4
+    finally:
+        objective.hold = None
+    resumed = client.post("/v1/searches/held/resume")
+    assert resumed.status_code == 200, resumed.text
+    done = finished(client, "held")
+    assert (done["progress"]["state"], done["progress"]["done"]) == ("finished", 4)
+
+
+class FakeEngine:
+    """Steps through `steps` denoising steps, checking cancel before each, as the engine does."""
+
+    def __init__(self, steps: int = 5, on_step=None, busy=lambda: False):
+        self.steps, self.on_step, self.busy = steps, on_step, busy
+        self.runs, self.cancelled_runs, self.busy_at_start = 0, 0, []
+        self.tiers = "served tiers"
+
+    def generate(self, payload, on_step=None, cancel=None):
+        self.runs += 1
+        self.busy_at_start.append(self.busy())
+        for index in range(self.steps):
+            if cancel and cancel():
+                self.cancelled_runs += 1
+                raise GenerationCancelled("cancelled")
+            if self.on_step:
+                self.on_step(self, index)
+        return f"clip of {payload}"
+
+
+def test_a_search_clip_waits_for_an_idle_queue_and_gives_way_to_a_job_that_arrives_mid_clip():
+    queue = {"busy": True}  # a person's job is running when the search wants its clip
+
+    def job_arrives(engine, index):
+        if engine.runs == 1 and index == 2:  # another job is queued while the search's first clip runs
+            queue["busy"] = True
+            threading.Timer(0.1, lambda: queue.update(busy=False)).start()
+
+    engine = FakeEngine(on_step=job_arrives, busy=lambda: queue["busy"])
+    view = EngineBusy(engine, lambda: queue["busy"], lambda: False, poll_s=0.01)
+    assert view.tiers == "served tiers"  # anything but generate is the engine's
+    threading.Timer(0.1, lambda: queue.update(busy=False)).start()
+    assert view.generate("p") == "clip of p"
+    assert engine.busy_at_start == [False, False]  # no clip started while the queue held a job
+    assert (engine.runs, engine.cancelled_runs, view.preempted) == (2, 1, 1)  # gave way once, then made it again
+    assert view.waited_s >= 0.15
+
+    stop = EngineBusy(FakeEngine(), lambda: True, lambda: True, poll_s=0.01)
+    with pytest.raises(SearchCancelled):  # a cancelled search stops waiting
+        stop.generate("p")
+
+
+def test_the_search_sees_the_studios_queue_as_busy_while_a_pair_waits_or_runs(studio):
+    service = studio.service
+    assert not service.searches._busy()
+    pair = service.submit_pair({"prompt": PROMPTS[0], "seed": 7, "tier": "turbo", "steps": 2, "baseline_steps": 2,
+                                "target": {"duration_seconds": 5, "short_edge": 32}})
+    assert service.searches._busy()
+    wait_until(lambda: service.get_pair(pair.id).status in ("completed", "failed"), 240, 0.1, "the pair")
+    assert wait_until(lambda: not service.searches._busy(), 30, 0.05, "an idle queue")
+
+
+def test_a_candidates_worst_pair_is_queued_once_as_a_pair_of_its_own_tier(studio):
+    client = studio.client
+    shown = ensure_front(studio)
+    infeasible = next(row for row in shown["candidates"] if row["state"] == "complete" and not row["feasible"])
+    assert infeasible["worst_case"]["prompt"] == PROMPTS[1]  # where it failed
+    url = f"/v1/searches/front/candidates/{infeasible['candidate']}/worst-pair"
+    first = client.post(url)
+    assert first.status_code == 200, first.text
+    pair = client.get(first.json()["url"]).json()
+    tier = f"front-c{infeasible['candidate']}"
+    assert (pair["tier"], pair["prompt"], pair["seed"]) == (tier, PROMPTS[1], 0)
+    assert pair["candidate"]["request"]["steps"] == 2 and pair["baseline"]["request"]["steps"] == 2
+    served = {row["name"]: row for row in client.get("/v1/tiers").json()["data"]}
+    assert served[tier]["description"].startswith(f"search front, candidate {infeasible['candidate']} from turbo")
+    assert served[tier]["config"]["lora"]["scale"] == 1.5
+    assert client.post(url).json()["pair_id"] == first.json()["pair_id"]  # the same pair, not a second one
+    wait_until(lambda: client.get(first.json()["url"]).json()["status"] in ("completed", "failed"), 240, 0.2,
+               "the worst pair")
