@@ -1,5 +1,8 @@
 """The only door other packages use (the `GenerationEngine` protocol of engine/interface.py):
-Engine.plan(request) -> RequestPlan, then Engine.generate(request, on_step, cancel) -> Clip.
+Engine.plan(request) -> RequestPlan, then Engine.generate(plan, on_step, cancel) -> Clip.
+
+`plan` validates (the memory check included) and makes the TierPlan and canvas once; `generate` runs the plan it is
+given, and the clip's tier config is the plan's (given a request instead, `generate` plans it first, the same way).
 
 validate → plan → encode_text → prepare_noise → denoise → decode_video → decode_audio → mux, each stage timed.
 The request's tier becomes a TierPlan; the techniques it turns on (engine/techniques/: LoRA, fused ops, fp8,
@@ -37,7 +40,6 @@ from engine.interface import (
     estimate_request,
     plan_request,
     sparse_kernel_of,
-    task_tier_config,
     tier_plan,
 )
 from engine.layout import FPS, Canvas, PackedLayout, build_layout, resolve_canvas
@@ -127,7 +129,7 @@ class _TierControl:
 
 @dataclass
 class _Denoised:
-    plan: TierPlan
+    plan: RequestPlan
     canvas: Canvas
     layout: PackedLayout
     video_rows: torch.Tensor
@@ -202,7 +204,8 @@ class Engine(ModelFacts):
         return request
 
     def plan(self, payload: dict | GenerationRequest) -> RequestPlan:
-        """Validate and plan one request: the tier config its clip will carry, its canvas, the model."""
+        """Validate and plan one request: the tier config its clip will carry, its canvas, the model. `generate`
+        runs what this returns."""
         return plan_request(self.validate(payload), self.tiers, self.components.geometry, self.num_blocks,
                             self.model_id, self.model_name, self.sparse_kernel)
 
@@ -212,46 +215,66 @@ class Engine(ModelFacts):
         single-process engine does; a sequence-parallel rank holds a share of the rows only."""
         return self.parallel is None
 
-    def trajectory_bound(self, request: GenerationRequest) -> int:
-        """The bytes a recorded trajectory of this validated request holds (its pooled x0, stated before the run;
-        the stored npz is compressed and adds each step's record and the preview map, a few KB)."""
-        canvas = resolve_canvas(self.components.geometry, request.duration_seconds, request.aspect_ratio,
-                                request.short_edge)
-        steps = tier_plan(self.tiers, request, self.num_blocks, self.components.geometry.sparse_tile).steps
+    def trajectory_bound(self, job: GenerationRequest | RequestPlan) -> int:
+        """The bytes a recorded trajectory of this validated request (or this engine's plan of one, whose canvas
+        and steps it reads) holds (its pooled x0, stated before the run; the stored npz is compressed and adds each
+        step's record and the preview map, a few KB)."""
+        if isinstance(job, RequestPlan):
+            canvas, steps = job.canvas, job.tier_plan.steps
+        else:
+            canvas = resolve_canvas(self.components.geometry, job.duration_seconds, job.aspect_ratio, job.short_edge)
+            steps = tier_plan(self.tiers, job, self.num_blocks, self.components.geometry.sparse_tile).steps
         return TrajectoryRecorder(canvas, self.components.geometry).bytes_bound(steps)
 
-    def estimate(self, request: GenerationRequest) -> Estimate:
-        """How long a validated request would hold this engine (engine/cost.py); nothing runs."""
+    def estimate(self, job: GenerationRequest | RequestPlan) -> Estimate:
+        """How long a validated request (or this engine's plan of one) would hold this engine (engine/cost.py);
+        nothing runs."""
+        planned = job if isinstance(job, RequestPlan) else None
+        request = planned.request if planned is not None else job
         text_tokens = len(self.components.tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
         return estimate_request(request, self.tiers, self.components.geometry, self.num_blocks, self.cost,
-                                text_tokens)
+                                text_tokens, planned.tier_plan if planned is not None else None)
 
-    def generate(self, payload: dict | GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
-                 cancel: Callable[[], bool] | None = None, trajectory: bool = False) -> Clip:
-        """`trajectory`: also record the denoising trajectory (engine/trajectory.py) as the clip's `trajectory`;
-        it reads the loop and changes no pixel of the clip."""
+    def generate(self, job: RequestPlan | dict | GenerationRequest,
+                 on_step: Callable[[StepEvent], None] | None = None, cancel: Callable[[], bool] | None = None,
+                 trajectory: bool = False) -> Clip:
+        """Run `job`: a `RequestPlan` this engine's `plan` made runs as it is (validated, memory-checked and
+        tier-planned there, not again); a payload or request is planned first (`plan`, in the `validate` stage).
+        `trajectory`: also record the denoising trajectory (engine/trajectory.py) as the clip's `trajectory`; it
+        reads the loop and changes no pixel of the clip."""
         timer = _Timer(cancel if self.parallel is None else None)
         with timer.stage("validate"):
-            request = self.validate(payload)
+            planned = self._runnable(job)
         with self._lock:
-            return self._generate(request, timer, on_step, cancel, trajectory)
+            return self._generate(planned, timer, on_step, cancel, trajectory)
 
-    def latents(self, payload: dict | GenerationRequest, cancel: Callable[[], bool] | None = None,
+    def _runnable(self, job: RequestPlan | dict | GenerationRequest) -> RequestPlan:
+        """The plan `job` runs: its own when it is one of this engine's plans, else `plan(job)`."""
+        if not isinstance(job, RequestPlan):
+            return self.plan(job)
+        if self.damaged is not None:  # planned before a removal failed: still never served from those weights
+            raise RuntimeError(self.damaged)
+        if job.remote or job.tier_plan is None or job.canvas is None or job.model_id != self.model_id:
+            raise ValueError(f"this engine ({self.model_name}, {self.model_id}) runs only the plans its own `plan` "
+                             f"made; got one for {job.model_name} ({job.model_id}, remote={job.remote})")
+        return job
+
+    def latents(self, job: RequestPlan | dict | GenerationRequest, cancel: Callable[[], bool] | None = None,
                 join_decode: bool = False) -> dict:
         """Run up to the end of the denoise stage and return the float rows (for exactness tests and benches).
         `join_decode`: a non-zero rank of a parallel group then decodes its share of the video for rank 0's
         `generate` (every rank of the group must be in the decode, or the others wait on it)."""
-        request = self.validate(payload)
+        planned = self._runnable(job)
         with self._lock:
-            result = self._denoise(request, _Timer(cancel if self.parallel is None else None), None, cancel, False)
+            result = self._denoise(planned, _Timer(cancel if self.parallel is None else None), None, cancel, False)
             if join_decode:
                 decode_video(self.components, result.canvas, result.video_rows, self.parallel)
         return {"video_rows": result.video_rows, "audio_rows": result.audio_rows, "steps": result.step_records,
                 "tokens": result.layout.length, "padded_tokens": result.layout.padded_length}
 
-    def _denoise(self, request: GenerationRequest, timer: _Timer, on_step, cancel, record: bool) -> _Denoised:
+    def _denoise(self, planned: RequestPlan, timer: _Timer, on_step, cancel, record: bool) -> _Denoised:
         components = self.components
-        plan = tier_plan(self.tiers, request, self.num_blocks, components.geometry.sparse_tile)  # as `plan()` reports
+        request, plan, canvas = planned.request, planned.tier_plan, planned.canvas
         tier = plan.tier
         transformer = transformer_for(components, request.task)
         conditions: list[torch.Tensor] = []
@@ -262,12 +285,8 @@ class Engine(ModelFacts):
                 else:
                     prompt_embeds = self._encoded(request.prompt)
             with timer.stage("plan"):
-                canvas = resolve_canvas(components.geometry, request.duration_seconds, request.aspect_ratio,
-                                        request.short_edge)
                 layout = build_layout(components.geometry, canvas, prompt_embeds.shape[1], tier.bucket)
         else:  # fl2va / ref2va: the inputs are put on the canvas, presented to the text encoder and VAE-encoded
-            canvas = resolve_canvas(components.geometry, request.duration_seconds, request.aspect_ratio,
-                                    request.short_edge)
             with timer.stage("prepare_inputs"):
                 inputs = prepare_inputs(components, canvas, request)
             with timer.stage("encode_text"):
@@ -289,13 +308,14 @@ class Engine(ModelFacts):
             )
         # Only the generated rows go on: the conditioning rows were never stepped.
         video_rows = video_rows[layout.num_condition_video_rows:]
-        return _Denoised(plan, canvas, layout, video_rows, audio_rows, step_records, control.reports(),
+        return _Denoised(planned, canvas, layout, video_rows, audio_rows, step_records, control.reports(),
                          self._compile_report(control.runtime), recorder)
 
-    def _generate(self, request: GenerationRequest, timer: _Timer, on_step, cancel, record: bool = False) -> Clip:
+    def _generate(self, planned: RequestPlan, timer: _Timer, on_step, cancel, record: bool = False) -> Clip:
         components = self.components
+        request = planned.request
         timer.track_memory(components.device)
-        result = self._denoise(request, timer, on_step, cancel, record)
+        result = self._denoise(planned, timer, on_step, cancel, record)
         canvas, layout = result.canvas, result.layout
         with timer.stage("decode_video"):
             frames = frames_to_uint8(decode_video(components, canvas, result.video_rows, self.parallel))
@@ -308,8 +328,8 @@ class Engine(ModelFacts):
             ["lora"] if lora_report and lora_report.get("untrained") else [])
         return Clip(
             frames=frames, audio=audio, sample_rate=components.geometry.audio_sample_rate, fps=FPS, mp4=mp4,
-            prompt=request.prompt, seed=request.seed, tier=result.plan.tier.name,
-            tier_config=task_tier_config(result.plan.to_dict(), request, self.sparse_kernel),
+            prompt=request.prompt, seed=request.seed, tier=planned.tier_plan.tier.name,
+            tier_config=planned.tier_config,  # what `plan` reported and the studio stored: one object
             model_id=components.model_id, model_name=components.name, tokens=layout.length,
             padded_tokens=layout.padded_length, width=canvas.width, height=canvas.height,
             duration_seconds=canvas.duration_seconds, requested_duration=request.duration_seconds,
@@ -317,7 +337,7 @@ class Engine(ModelFacts):
             steps=result.step_records, lora=lora_report, compiles=result.compiles, untrained=untrained,
             task=request.task, inputs=request.inputs(),
             trajectory=(result.recorder.finish(result.step_records, frames,
-                                               [t.name for t in registry.active(result.plan.tier)])
+                                               [t.name for t in registry.active(planned.tier_plan.tier)])
                         if result.recorder else None),
             peak_memory_mb=timer.peak_mb, stage_peak_memory_mb=dict(timer.peaks_mb),
         )

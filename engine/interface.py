@@ -1,9 +1,10 @@
-"""The one door into an engine: `plan(payload) -> RequestPlan`, then `generate(...)`.
+"""The one door into an engine: `plan(payload) -> RequestPlan`, then `generate(plan)` runs that plan.
 
 Three engines implement `GenerationEngine`: the in-process `engine.engine.Engine`, the sequence-parallel
 `engine.parallel.ParallelEngine` and a remote tier's engine (`studio.remote.RemoteTier`, SGLang servers). The studio
-asks the engine that will run a request for its plan and stores what the plan says (the tier config, the canvas,
-the model), so what it stores is what runs; it never reads an engine's internals.
+asks the engine that will run a request for its plan, stores what the plan says (the tier config, the canvas, the
+model) and hands that same plan to `generate`, so what it stores is what runs: validation, the memory check and the
+tier plan happen once, in `plan`, and the clip's tier config is the plan's. It never reads an engine's internals.
 
 Light on purpose (no diffusers at import): the parent of a parallel engine and the studio's remote path import it.
 """
@@ -11,7 +12,7 @@ Light on purpose (no diffusers at import): the parent of a parallel engine and t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.request import GenerationRequest, ModelLimits
@@ -35,6 +36,10 @@ class RequestPlan:
     model_id: str
     model_name: str
     remote: bool = False  # True: a remote server makes the clip, else this process (or its workers)
+    # What an in-process engine runs (None for a remote plan): the TierPlan `tier_config` was made from, and the
+    # canvas `width`, `height` and `seconds` were read from (`engine.layout.Canvas`).
+    tier_plan: TierPlan | None = field(default=None, compare=False, repr=False)
+    canvas: Any = field(default=None, compare=False, repr=False)
 
 
 class GenerationEngine(Protocol):
@@ -50,7 +55,8 @@ class GenerationEngine(Protocol):
         """Validate (RequestError naming the field) and plan one request; nothing runs yet."""
 
     def generate(self, job: Any, on_step: Callable | None = None, cancel: Callable[[], bool] | None = None) -> Any:
-        """Run one planned request (a `GenerationRequest`; a remote engine takes its `RemoteJob`) to a clip.
+        """Run one planned request (the `RequestPlan` this engine's `plan` made; a remote engine takes its
+        `RemoteJob`, made from its plan) to a clip.
         `cancel` is checked before every denoising step and every stage: a cancelled job raises
         `GenerationCancelled` within one step."""
 
@@ -65,8 +71,9 @@ class ModelEngine(GenerationEngine, Protocol):
     @property
     def untrained(self) -> bool: ...
 
-    def estimate(self, request: GenerationRequest) -> Estimate:
-        """How long a validated request would hold the engine (engine/cost.py); nothing runs."""
+    def estimate(self, job: GenerationRequest | RequestPlan) -> Estimate:
+        """How long a validated request (or this engine's plan of one) would hold the engine (engine/cost.py);
+        nothing runs."""
 
     @property
     def geometry(self) -> ModelGeometry: ...
@@ -131,13 +138,14 @@ def sparse_kernel_of(components) -> str:
 
 
 def estimate_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,
-                     cost: CostModel, text_tokens: int) -> Estimate:
+                     cost: CostModel, text_tokens: int, plan: TierPlan | None = None) -> Estimate:
     """A validated request's estimated engine time: its tier's steps at its packed length (bucket padding included;
-    sparse attention and cache skips counted as dense steps, so the estimate errs long), plus its decode."""
+    sparse attention and cache skips counted as dense steps, so the estimate errs long), plus its decode. `plan`:
+    the request's TierPlan when it is already made (a `RequestPlan`'s), else it is made here."""
     from engine.layout import bucket_length, token_counts  # imports diffusers: only when a local engine plans
 
     counts = token_counts(geometry, request.duration_seconds, request.aspect_ratio, request.short_edge, text_tokens)
-    plan = tier_plan(tiers, request, num_blocks, geometry.sparse_tile)
+    plan = plan or tier_plan(tiers, request, num_blocks, geometry.sparse_tile)
     rows = bucket_length(counts["total_with_text"], plan.tier.bucket)
     return cost.estimate(plan.steps, rows, counts["width"], counts["height"], counts["frames"])
 
@@ -152,4 +160,4 @@ def plan_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGe
     plan = tier_plan(tiers, request, num_blocks, geometry.sparse_tile)
     return RequestPlan(request, task_tier_config(plan.to_dict(), request, sparse_kernel),
                        canvas.width, canvas.height,
-                       canvas.duration_seconds, model_id, model_name)
+                       canvas.duration_seconds, model_id, model_name, tier_plan=plan, canvas=canvas)

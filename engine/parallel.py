@@ -382,9 +382,11 @@ class ParallelEngine(ModelFacts):
         return plan_request(self.validate(payload), self.tiers, components.geometry, components.num_blocks,
                             self.model_id, self.model_name, components.sparse_kernel)
 
-    def estimate(self, request: GenerationRequest) -> Estimate:
+    def estimate(self, job: GenerationRequest | RequestPlan) -> Estimate:
         """`Engine.estimate` for the group: its steps split over the ranks (Ulysses), the prompt counted by the
         checkpoint's tokenizer (read once; the parent holds no model)."""
+        planned = job if isinstance(job, RequestPlan) else None
+        request = planned.request if planned is not None else job
         components = self.components
         if self._cost is None:
             import transformers
@@ -395,12 +397,21 @@ class ParallelEngine(ModelFacts):
             self._tokenizer = transformers.Qwen2TokenizerFast.from_pretrained(root / "tokenizer", local_files_only=True)
         text_tokens = len(self._tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
         return estimate_request(request, self.tiers, components.geometry, components.num_blocks, self._cost,
-                                text_tokens)
+                                text_tokens, planned.tier_plan if planned is not None else None)
 
-    def generate(self, payload: dict | GenerationRequest, on_step: Callable | None = None,
+    def generate(self, job: RequestPlan | dict | GenerationRequest, on_step: Callable | None = None,
                  cancel: Callable[[], bool] | None = None) -> Clip:
+        """Run `job`: a `RequestPlan` of this engine's `plan` is not validated again here (a payload is); each rank
+        checks the request it receives against what it holds (its tier rules for a sequence-parallel rank, its
+        memory plan), as a server checks what it is sent, since those checks need the rank's own model."""
         start = time.perf_counter()
-        request = self.validate(payload)
+        if isinstance(job, RequestPlan):
+            if job.remote or job.model_id != self.model_id:
+                raise ValueError(f"this engine ({self.model_name}, {self.model_id}) runs only the plans its own "
+                                 f"`plan` made; got one for {job.model_name} ({job.model_id}, remote={job.remote})")
+            request = job.request
+        else:
+            request = self.validate(job)
         clip = self._run("generate", request, on_step, cancel)
         clip.timings["validate"] = clip.timings.get("validate", 0.0) + time.perf_counter() - start
         return clip

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.errors import RequestError
+from engine.interface import RequestPlan
 from engine.request import GenerationRequest
 
 DEFAULT_MAX_JOB_SECONDS = 3600.0  # one H200 makes a 14.375 s, 50-step full-size clip in ~30 min (step_bench.md)
@@ -36,9 +37,11 @@ class JobTooLong(RequestError):
         return {**super().to_dict(), "estimate_s": round(self.estimate_s, 1), "limit_s": self.limit_s}
 
 
-def check_job_time(engine: Any, request: GenerationRequest, limit_s: float) -> None:
-    """Raise `JobTooLong` when `engine.estimate(request)` is over `limit_s` seconds; nothing has run or been stored."""
-    estimate = engine.estimate(request)
+def check_job_time(engine: Any, job: GenerationRequest | RequestPlan, limit_s: float) -> None:
+    """Raise `JobTooLong` when `engine.estimate(job)` is over `limit_s` seconds; nothing has run or been stored.
+    `job`: a validated request, or the engine's plan of one (whose tier plan the estimate then reuses)."""
+    estimate = engine.estimate(job)
+    request = job.request if isinstance(job, RequestPlan) else job
     if estimate.seconds <= limit_s:
         return
     limits, tier_steps = engine.limits, engine.tiers.get(request.tier).steps

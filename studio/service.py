@@ -350,7 +350,7 @@ class StudioService:
                 raise ServiceUnavailable(str(error)) from None
         planned = engine.plan(payload)
         if hasattr(engine, "estimate"):  # a remote server bounds its own jobs (its timeout_s)
-            check_job_time(engine, planned.request, self.config.max_job_seconds)
+            check_job_time(engine, planned, self.config.max_job_seconds)
         return planned
 
     def model_canvas(self, tier: str | None) -> ModelCanvas:
@@ -494,7 +494,7 @@ class StudioService:
             if not getattr(self.engine, "records_trajectories", False):
                 raise RequestError("trajectory", "this studio's engine (sequence-parallel, --ulysses) does not record "
                                                  "denoising trajectories; the single-process engine does")
-            bounds[role] = int(self.engine.trajectory_bound(planned.request))
+            bounds[role] = int(self.engine.trajectory_bound(planned))  # the plan's canvas and steps
         return bounds
 
     def pair_trajectory(self, pair_id: str, threshold: float = THRESHOLD) -> dict[str, Any]:
@@ -648,9 +648,10 @@ def queue_owner(submitted_by: str | None, client: str | None) -> str | None:
 
 
 def _job_request(planned: RequestPlan, on_accepted: Callable[[str, str], None]) -> Any:
-    """What the job queue hands its engine: the request, or for a remote tier a RemoteJob that reports the
-    server's video id to ``on_accepted(server, remote video id)``."""
-    return RemoteJob(planned.request, planned.tier_config, on_accepted) if planned.remote else planned.request
+    """What the job queue hands its engine: the plan the service stored from (the engine runs it without planning
+    again), or for a remote tier a RemoteJob made from it that reports the server's video id to
+    ``on_accepted(server, remote video id)``."""
+    return RemoteJob(planned.request, planned.tier_config, on_accepted) if planned.remote else planned
 
 
 def _video_request(planned: RequestPlan, **extra: Any) -> dict[str, Any]:

@@ -19,8 +19,10 @@ from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.interface import RequestPlan
 from studio.api import create_app
 from studio.auth import Accounts, AuthFileError, load_accounts
+from studio.review import configuration_snapshot
 from studio.service import QUALITY_UNAVAILABLE, StudioService
 from tests.quality_fixtures import cached_comparison, summary_json
 
@@ -35,15 +37,21 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class CountingEngine:
-    """The nano engine, counting generate calls (to prove a reused baseline is not generated again)."""
+    """The nano engine, counting generate calls (to prove a reused baseline is not generated again) and keeping
+    each plan the studio handed over with the clip it made."""
 
     def __init__(self, engine):
         self._engine = engine
         self.calls: list[tuple[str, str, int | None]] = []
+        self.ran: list[tuple[RequestPlan, object]] = []  # (the plan generate got, its clip)
 
-    def generate(self, request, on_step=None, cancel=None):
+    def generate(self, planned, on_step=None, cancel=None, **kwargs):
+        assert isinstance(planned, RequestPlan), planned  # the studio hands over the plan it stored from
+        request = planned.request
         self.calls.append((request.tier, request.prompt, request.steps))
-        return self._engine.generate(request, on_step=on_step, cancel=cancel)
+        clip = self._engine.generate(planned, on_step=on_step, cancel=cancel, **kwargs)
+        self.ran.append((planned, clip))
+        return clip
 
     def __getattr__(self, name):
         return getattr(self._engine, name)
@@ -291,6 +299,43 @@ def test_pair_round_trip_to_approved_export(studio, reviewed):
     # One pair by id.
     single = client.post("/v1/exports", json={"pair_ids": [pair["id"]]})
     assert json.loads(zipfile.ZipFile(io.BytesIO(single.content)).read("manifest.json"))["pair_count"] == 1
+
+
+def test_a_pair_is_planned_once_and_its_clips_carry_the_plans_config(studio, monkeypatch):
+    """Issue 41 item 1: the studio plans each clip of a pair once (validation, the memory check, the tier plan) and
+    the engine runs that plan: `generate` neither validates nor makes a TierPlan again (before: 4 validations and
+    6 tier plans per pair: `plan`, the job-time estimate and `generate` each made one per clip), and each clip's
+    tier config is the very object the plan carried and the studio stored."""
+    import engine.interface as interface
+    from engine.engine import Engine
+
+    client, engine = studio.client, studio.engine
+    counts = {"validate": 0, "tier_plan": 0}
+    validate, tier_plan = Engine.validate, interface.tier_plan
+
+    def counting_validate(self, payload):
+        counts["validate"] += 1
+        return validate(self, payload)
+
+    def counting_tier_plan(*args, **kwargs):
+        counts["tier_plan"] += 1
+        return tier_plan(*args, **kwargs)
+
+    monkeypatch.setattr(Engine, "validate", counting_validate)
+    monkeypatch.setattr(interface, "tier_plan", counting_tier_plan)
+    before = len(engine.ran)
+    created = client.post("/v1/pairs", json=pair_body("a blue square over a lake", seed=SEED + 100))
+    assert created.status_code == 200, created.json()
+    done = wait_for(client, f"/v1/pairs/{created.json()['id']}")
+    assert done["status"] == "completed", done["error"]
+    ran = engine.ran[before:]
+    assert sorted(planned.request.tier for planned, _ in ran) == ["baseline", "turbo"]
+    assert counts == {"validate": 2, "tier_plan": 2}, counts  # one per clip, both in `plan`
+    for planned, clip in ran:
+        assert clip.tier_config is planned.tier_config  # one object: what was stored is what the clip carries
+        assert (clip.width, clip.height, clip.duration_seconds) == (planned.width, planned.height, planned.seconds)
+    plans = {planned.request.tier: planned for planned, _ in ran}
+    assert done["tier_config"] == configuration_snapshot(plans["turbo"], plans["baseline"])  # what the pair stored
 
 
 def test_baseline_is_reused_not_regenerated(studio, reviewed):
