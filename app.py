@@ -3,7 +3,7 @@
     python app.py [--host H] [--port P] [--model PATH] [--data-dir DIR] [--auth FILE]
                   [--pod-rate USD_PER_HOUR] [--tiers-file FILE] [--queue-size N] [--max-job-seconds S]
                   [--max-jobs-per-user N]
-                  [--remotes FILE] [--default-tier NAME] [--no-ui] [--ulysses N]
+                  [--remotes FILE] [--default-tier NAME] [--no-ui] [--ulysses N] [--sparse-backend NAME]
 
 flags → store → service → REST routes + Gradio UI → serve; the engine's weights load in a background thread, so
 /health answers 503 {"status": "loading"} as soon as the server listens and 200 once the model is ready.
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernels import sparse_backends  # names only: imports no torch
 from studio.auth import Accounts, AuthFileError, load_accounts
 
 if TYPE_CHECKING:  # the studio modules import torch: build_app imports them, so --help stays instant
@@ -52,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(4; 0: no limit)")
     parser.add_argument("--no-ui", action="store_true", help="serve REST only (no Gradio)")
     parser.add_argument("--ulysses", type=int, default=1, help="engine processes/GPUs (1 = in-process)")
+    parser.add_argument("--sparse-backend", default=None, choices=sparse_backends.choices(),
+                        help=f"block-sparse attention backend of the engine (kernels/sparse_backends.py; "
+                             f"default: ${sparse_backends.ENV} if set, else {sparse_backends.DEFAULT})")
     parser.add_argument("--remotes", default=None,
                         help="TOML with [[remote]] tables: SGLang-compatible /v1/videos servers, one tier each")
     parser.add_argument("--default-tier", default=None,
@@ -70,17 +74,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def engine_loader(model: str | None, tiers_file: str | None, ulysses: int = 1) -> Callable[[], Engine]:
-    """A callable that loads the engine (run on the service's loader thread); ulysses > 1: a worker group."""
+def engine_loader(model: str | None, tiers_file: str | None, ulysses: int = 1,
+                  sparse_backend: str | None = None) -> Callable[[], Engine]:
+    """A callable that loads the engine (run on the service's loader thread); ulysses > 1: a worker group.
+    `sparse_backend`: the engine's block-sparse backend choice (None: $H3_SPARSE_BACKEND if set, else auto)."""
 
     def load() -> Engine:
         if ulysses > 1:
             from engine.parallel import ParallelEngine
 
-            return ParallelEngine(model, tiers_file, world=ulysses)  # Engine's interface, N worker processes
+            # Engine's interface, N worker processes
+            return ParallelEngine(model, tiers_file, world=ulysses, sparse_backend=sparse_backend)
         from engine.engine import Engine
 
-        return Engine.load(model_path=model, tiers_file=tiers_file)
+        return Engine.load(model_path=model, tiers_file=tiers_file, sparse_backend=sparse_backend)
 
     return load
 
@@ -105,7 +112,8 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
                                  or None, remotes=pool, tiers_file=args.tiers_file)
     if pool is not None:
         pool.start()  # probes every server in the background; /health and the tier picker show the result
-    loader = engine_loader(args.model, args.tiers_file, getattr(args, "ulysses", 1))
+    loader = engine_loader(args.model, args.tiers_file, getattr(args, "ulysses", 1),
+                           getattr(args, "sparse_backend", None))
     service.start_loading(loader)  # now, not at server startup: the weights load while Gradio builds the UI
     app = create_app(service, accounts=accounts, loader=loader, default_tier=getattr(args, "default_tier", None))
     install_upload_routes(app, service, accounts, getattr(args, "default_tier", None))  # fl2va/ref2va uploads

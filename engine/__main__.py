@@ -14,7 +14,11 @@ import sys
 import time
 
 from engine.errors import ModelLoadError, RequestError
+from kernels import sparse_backends
 from kernels.errors import BackendNameError
+
+SPARSE_BACKEND_HELP = (f"block-sparse attention backend: {', '.join(sparse_backends.choices())} (kernels/"
+                       f"sparse_backends.py; default: ${sparse_backends.ENV} if set, else {sparse_backends.DEFAULT})")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="also record the denoising trajectory (per step x0 pooled to <= 256 cells a latent "
                                "frame, float16) as FILE.trajectory.npz beside the mp4; compare two with "
                                "python -m bench.trajectory or the studio (issue 37)")
+    generate.add_argument("--sparse-backend", default=None, help=SPARSE_BACKEND_HELP)
 
     info = commands.add_parser("info", help="print the model config, parameter counts, token counts and memory plan")
     info.add_argument("--model", default=None)
@@ -56,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--gpu-memory-gib", type=float, default=None,
                       help="plan for GPUs of this size (default: this one)")
     info.add_argument("--gpus", type=int, default=1, help="with --gpu-memory-gib: how many (the parallel engine)")
+    info.add_argument("--sparse-backend", default=None, help=SPARSE_BACKEND_HELP)
 
     tiers = commands.add_parser("tiers", help="print the tier table as JSON")
     tiers.add_argument("--duration", type=float, default=None)
@@ -161,18 +167,21 @@ def _generate_clip(args) -> int:
     if args.trajectory and args.ulysses != 1:
         raise RequestError("--trajectory", "the sequence-parallel engine does not record trajectories; use "
                                            "--ulysses 1")
+    sparse_backends.resolve(args.sparse_backend)  # a bad name (or $H3_SPARSE_BACKEND) before the model loads
     progress = Progress(args.quiet)
     progress.say(f"loading {args.model or 'the embedded h3-nano'}"
                  + (f" on {args.ulysses} processes" if args.ulysses != 1 else ""))
     if args.ulysses != 1:
         from engine.parallel import ParallelEngine  # the workers import diffusers; this process need not
 
-        with ParallelEngine(args.model, args.tiers_file, world=args.ulysses) as engine:
+        with ParallelEngine(args.model, args.tiers_file, world=args.ulysses,
+                            sparse_backend=args.sparse_backend) as engine:
             clip = _run(engine, args, progress)
     else:
         from engine.engine import Engine
 
-        clip = _run(Engine.load(args.model, args.tiers_file, args.device), args, progress)
+        clip = _run(Engine.load(args.model, args.tiers_file, args.device, sparse_backend=args.sparse_backend), args,
+                    progress)
     mp4_path, json_path = clip.save(args.out)
     progress.say(f"wrote {mp4_path}")
     out = {"mp4": str(mp4_path), "sidecar": str(json_path), "tier": clip.tier, "task": clip.task,
@@ -250,7 +259,7 @@ def _info(args) -> int:
         },
         "parameters": components.parameter_counts(),
         "tokens": {str(seconds): token_counts(geometry, seconds) for seconds in (5.0, 10.0, 14.375)},
-        "sparse_attention_kernel": sparse_kernel_of(components),  # reference (CPU), triton or cudnn
+        "sparse_attention_kernel": sparse_kernel_of(components, args.sparse_backend),  # a sparse_backends name
         # the words the model was trained on (a prompt_guide.toml), so a user sees what it can follow; None: any text
         "prompt_guide": None if components.prompt_guide is None else {
             "words": sorted(components.prompt_guide.words), "examples": list(components.prompt_guide.examples)},
@@ -275,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"generate": _generate, "info": _info, "tiers": _tiers}[args.command]
     try:
         return handler(args)
-    except (RequestError, ModelLoadError, BackendNameError) as error:  # BackendNameError: a bad $H3_SPARSE_BACKEND
+    except (RequestError, ModelLoadError, BackendNameError) as error:  # BackendNameError: a bad sparse backend name
         print(f"error: {error}", file=sys.stderr)
         return 2
 

@@ -48,6 +48,7 @@ class AttentionRuntime:
     sparse_calls: int = 0
     dense_calls: int = 0
     parallel: HeadExchange | None = None  # set only under sequence parallelism
+    sparse_backend: str | None = None  # the engine's block-sparse backend choice (None: the kernel's env/default)
 
     def begin_step(self, step: int) -> None:
         self.step, self.sparse_calls, self.dense_calls = step, 0, 0
@@ -140,7 +141,7 @@ class StudioAttnProcessor(MiniMaxH3AttnProcessor):
             query, key, value = (t.index_select(1, order) for t in (query, key, value))
         output = block_sparse_attention(
             query, key, value, video_start=runtime.video_start, valid_len=runtime.valid_length,
-            keep_ratio=keep_ratio, tile=tile, strict=runtime.strict,
+            keep_ratio=keep_ratio, tile=tile, strict=runtime.strict, backend=runtime.sparse_backend,
         )
         return output if tile_ordered else output.index_select(1, runtime.inverse_order.to(query.device))
 

@@ -57,6 +57,7 @@ from engine.tasks import (
 )
 from engine.tiers import TierPlan, TierTable
 from engine.trajectory import TrajectoryRecorder
+from kernels import sparse_backends
 
 if TYPE_CHECKING:
     from engine.distributed import ParallelContext
@@ -144,16 +145,20 @@ class Engine(ModelFacts):
     """One loaded model serving one request at a time (requests queue on a lock)."""
 
     def __init__(self, components: Components, tiers: TierTable | None = None,
-                 parallel: ParallelContext | None = None, machine: Machine | None = None):
+                 parallel: ParallelContext | None = None, machine: Machine | None = None,
+                 sparse_backend: str | None = None):
         """`parallel` makes this engine one rank of a sequence-parallel group (None: the single-process engine).
         `machine` (engine/memory.py) plans memory for it: the conditioner's placement, and requests that cannot
-        fit are refused in `validate` (None: no plan; `load` gives a CPU engine the host as its machine)."""
+        fit are refused in `validate` (None: no plan; `load` gives a CPU engine the host as its machine).
+        `sparse_backend`: the block-sparse attention backend to choose, a name of kernels/sparse_backends.py's
+        registry or its "auto" (None: $H3_SPARSE_BACKEND if set, else auto); a bad name raises BackendNameError."""
         from engine.placement import apply_plan, plan_for
 
         self.components = components
         self.parallel = parallel
         table = tiers or TierTable.load()
-        self.sparse_kernel = sparse_kernel_of(components)
+        self.sparse_backend = sparse_backends.resolve(sparse_backend)  # what every sparse call asks for
+        self.sparse_kernel = sparse_kernel_of(components, self.sparse_backend)  # what runs here (the clip records)
         # What the techniques keep and hold counts on a single-process engine only: sequence-parallel ranks keep a
         # LoRA on hooks (FSDP shards are not merged) and refuse fp8.
         self.memory = (plan_for(components.path, machine, components.geometry,
@@ -176,7 +181,7 @@ class Engine(ModelFacts):
 
     @classmethod
     def load(cls, model_path: str | None = None, tiers_file: str | None = None, device: str | None = None,
-             machine: Machine | None = None) -> Engine:
+             machine: Machine | None = None, sparse_backend: str | None = None) -> Engine:
         """Load and plan: on a GPU the conditioner is read to the CPU first and placed once the plan is made."""
         from engine.placement import cpu_machine, machine_here
 
@@ -184,7 +189,7 @@ class Engine(ModelFacts):
         machine = machine or machine_here(device_obj) or (cpu_machine() if device_obj.type == "cpu" else None)
         placement = {"text_encoder": "cpu"} if machine is not None else None
         components = load_components(model_path, device=device, placement=placement)
-        return cls(components, TierTable.load(tiers_file), machine=machine)
+        return cls(components, TierTable.load(tiers_file), machine=machine, sparse_backend=sparse_backend)
 
     @property
     def num_blocks(self) -> int:
@@ -363,7 +368,8 @@ class Engine(ModelFacts):
         runtime = None
         if any(t.attention for t in active) or layout.padded_length > layout.length or self.parallel is not None:
             runtime = AttentionRuntime(plan=plan, valid_length=layout.length, padded_length=layout.padded_length,
-                                       video_start=layout.video_start, parallel=self.parallel)
+                                       video_start=layout.video_start, parallel=self.parallel,
+                                       sparse_backend=self.sparse_backend)
         control = _TierControl(runtime)
         with contextlib.ExitStack() as stack:
             try:

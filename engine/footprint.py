@@ -392,9 +392,9 @@ def request_cost(root: str | Path, geometry, duration_seconds: float, text_token
     - encode: the conditioner keeps every hidden state up to the one read ((layers + 1) · tokens · width) plus one
       layer's MLP (3 · tokens · intermediate);
     - decode: the video VAE (`vae_decode_cost`) plus the engine's float32 copies of the frames (2 · 3 · pixels);
-    - `sparse_kernel` "cudnn" (kernels/bsa_cudnn.py) adds to denoise what its call holds beside ours: q, k, v and
-      the output in the peer layout plus the output copied back (5 · rows · heads · head_dim), and its kept block
-      lists (int32, heads · (rows / 64)² per head, rows / 64 blocks);
+    - `sparse_kernel`: the block-sparse backend the engine runs (kernels/sparse_backends.py); its `extra_bytes`
+      at this packed length (what its call holds beside our kernel's, e.g. a peer layout's copies and block lists)
+      are added to denoise;
     - `tile_batch`: the decode's tiles per call (default a GPU's; a CPU decodes one at a time);
     `decode_fit_short_edge`: take the decode's per-pixel fit at this short edge's canvas for every size (the CPU
     guard: a fake-tensor fit per new size costs a minute, and the peak per pixel barely moves with the size).
@@ -417,13 +417,15 @@ def request_cost(root: str | Path, geometry, duration_seconds: float, text_token
     # The decode fit is taken at the model's 16:9 canvas and applied per pixel to every aspect (same area cap).
     fit_canvas = token_counts(geometry, duration_seconds, "16:9", decode_fit_short_edge or short_edge, 0)
     latent_hw = (fit_canvas["height"] // geometry.spatial_ratio, fit_canvas["width"] // geometry.spatial_ratio)
-    cudnn = 0
-    if sparse_kernel == "cudnn":
-        blocks = math.ceil(rows / 64) + 1  # the peer layout pads the sink and the last tile: one block more at most
-        cudnn = 5 * rows * inner * size + transformer["num_attention_heads"] * blocks * blocks * 4
+    backend = 0
+    if sparse_kernel:
+        from kernels import sparse_backends
+
+        backend = sparse_backends.get(sparse_kernel).extra_bytes(rows, transformer["num_attention_heads"],
+                                                                  transformer["attention_head_dim"], size)
     return RequestCost(
         label=f"{duration_seconds:g} s", rows=rows, encode=encode,
-        denoise=transformer_row_cost(root, dtype).at(rows) + loop + cudnn,
+        denoise=transformer_row_cost(root, dtype).at(rows) + loop + backend,
         decode=vae_decode_cost(root, latent_hw, dtype, tile_batch).at(pixels) + 2 * 3 * pixels * 4,
         exchange=2 * 3 * rows * inner * size,
     )

@@ -120,21 +120,26 @@ def tier_plan(tiers: TierTable, request: GenerationRequest, num_blocks: int, mod
 
 def task_tier_config(tier_config: dict[str, Any], request: GenerationRequest,
                      sparse_kernel: str | None = None) -> dict[str, Any]:
-    """The tier config a clip of this request carries: fl2va/ref2va add their task, and a sparse tier served by
-    cuDNN's block-sparse kernel adds `sparse_kernel: "cudnn"` (its pixels differ from our kernel's), so their
-    configurations (and configuration keys) differ; t2va on our kernel stays as it always was."""
-    if sparse_kernel == "cudnn" and tier_config.get("sparse"):
-        tier_config = {**tier_config, "sparse_kernel": sparse_kernel}
+    """The tier config a clip of this request carries: fl2va/ref2va add their task, and a sparse tier served by a
+    block-sparse backend whose pixels differ from the reference's (its registry entry's `same_pixels`,
+    kernels/sparse_backends.py) adds `sparse_kernel: <its name>`, so their configurations (and configuration keys)
+    differ; t2va on our kernel stays as it always was."""
+    if sparse_kernel and tier_config.get("sparse"):
+        from kernels import sparse_backends
+
+        if not sparse_backends.get(sparse_kernel).same_pixels:
+            tier_config = {**tier_config, "sparse_kernel": sparse_kernel}
     return tier_config if request.task == "t2va" else {**tier_config, "task": request.task}
 
 
-def sparse_kernel_of(components) -> str:
-    """What block-sparse attention runs on these components: "reference", "triton" or "cudnn"
-    (`kernels.block_sparse_attn.planned_backend` at the transformer's device, dtype, head dim and tile)."""
+def sparse_kernel_of(components, sparse_backend: str | None = None) -> str:
+    """The registered block-sparse backend (kernels/sparse_backends.py) that runs on these components when
+    `sparse_backend` is chosen (None: $H3_SPARSE_BACKEND, else auto): `kernels.block_sparse_attn.planned_backend`
+    at the transformer's device, dtype, head dim and tile."""
     from kernels.block_sparse_attn import planned_backend
 
     return planned_backend(components.device, components.dtype, components.transformer.config.attention_head_dim,
-                           components.geometry.sparse_tile)
+                           components.geometry.sparse_tile, sparse_backend)
 
 
 def estimate_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,

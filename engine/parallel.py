@@ -45,6 +45,7 @@ from engine.interface import ModelFacts, RequestPlan, estimate_request, plan_req
 from engine.prompt_guide import PromptGuide
 from engine.request import GenerationRequest, ModelLimits
 from engine.tiers import TierTable
+from kernels import sparse_backends
 
 if TYPE_CHECKING:
     from engine.layout import ModelGeometry
@@ -84,6 +85,7 @@ class WorkerSpec:
     init_file: str  # file:// rendezvous, fresh per group start
     collective_timeout_s: float = 600.0
     conditioner: str = "auto"  # auto (the memory plan decides on CUDA; rank 0 on CPU) | sharded | rank0
+    sparse_backend: str | None = None  # every rank's `Engine(sparse_backend=...)` (None: $H3_SPARSE_BACKEND, else auto)
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,8 @@ def _load_engine(spec: WorkerSpec, rank: int, device: torch.device):
         shard_conditioner(components.text_encoder, ctx.fsdp_mesh)
         ctx.conditioner_sharded = True
     install_sequence_shards(transformer, ctx)
-    return Engine(components, TierTable.load(spec.tiers_file), parallel=ctx, machine=machine), ctx
+    return Engine(components, TierTable.load(spec.tiers_file), parallel=ctx, machine=machine,
+                  sparse_backend=spec.sparse_backend), ctx
 
 
 def _planned_placement(spec: WorkerSpec, machine) -> str:
@@ -325,7 +328,8 @@ class ComponentsSummary:
     pipeline_config: dict
     device: str
     num_blocks: int
-    sparse_kernel: str  # what rank 0's block-sparse attention runs (its clips' tier configs record "cudnn")
+    sparse_kernel: str  # the block-sparse backend rank 0 runs (recorded in its sparse clips' tier configs when its
+    # pixels differ from the reference's, kernels/sparse_backends.py)
     prompt_guide: PromptGuide | None = None
 
 
@@ -342,8 +346,10 @@ class ParallelEngine(ModelFacts):
 
     def __init__(self, model_path: str | None = None, tiers_file: str | None = None, world: int = 2,
                  device: str | None = None, start_timeout_s: float = 1800.0, stall_timeout_s: float = 900.0,
-                 grace_s: float = 3.0, conditioner: str = "auto"):
-        """`conditioner`: auto (the memory plan decides), sharded (FSDP over the ranks) or rank0 (whole on rank 0)."""
+                 grace_s: float = 3.0, conditioner: str = "auto", sparse_backend: str | None = None):
+        """`conditioner`: auto (the memory plan decides), sharded (FSDP over the ranks) or rank0 (whole on rank 0).
+        `sparse_backend`: every rank's block-sparse backend choice (`Engine`'s argument; checked here, before the
+        workers start)."""
         if world < 2:
             raise RequestError("ulysses", f"a parallel engine needs ≥ 2 processes, got {world}")
         device_type = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -353,6 +359,7 @@ class ParallelEngine(ModelFacts):
             raise RequestError("conditioner", f"must be auto, sharded or rank0, got {conditioner!r}")
         self.model_path, self.tiers_file, self.world, self.device_type = model_path, tiers_file, world, device_type
         self.conditioner = conditioner
+        self.sparse_backend = sparse_backends.resolve(sparse_backend) if sparse_backend is not None else None
         self.tiers = TierTable.load(tiers_file)
         self.start_timeout_s, self.stall_timeout_s, self.grace_s = start_timeout_s, stall_timeout_s, grace_s
         self.restarts = 0
@@ -442,7 +449,8 @@ class ParallelEngine(ModelFacts):
     def _start(self) -> None:
         rundir = tempfile.mkdtemp(prefix="h3-parallel-")
         spec = WorkerSpec(self.model_path, self.tiers_file, self.world, self.device_type,
-                          init_file=os.path.join(rundir, "rendezvous"), conditioner=self.conditioner)
+                          init_file=os.path.join(rundir, "rendezvous"), conditioner=self.conditioner,
+                          sparse_backend=self.sparse_backend)
         group = _WorkerGroup(spec, rundir)
         try:
             summary = group.wait_ready(self.start_timeout_s)

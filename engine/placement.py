@@ -76,7 +76,7 @@ class MemoryGuard:
     root: Path
     geometry: object  # engine.layout.ModelGeometry
     merges: dict = field(default_factory=dict)  # tier name -> engine.footprint.MergeCost (tiers merging a LoRA)
-    sparse_kernel: str | None = None  # "cudnn": its call's extra copies count (engine.footprint.request_cost)
+    sparse_kernel: str | None = None  # the sparse backend that runs: its extra bytes count (footprint.request_cost)
     dtype: torch.dtype = torch.bfloat16  # the engine's weights and activations
 
     def cost(self, duration_seconds: float, text_tokens: int, aspect_ratio: str = "16:9",
@@ -157,9 +157,10 @@ def plan_for(root: str | Path, machine: Machine, geometry, tiers=None, sparse_ke
     (engine.tiers.TierTable) for a single-process engine (sequence-parallel workers keep their LoRA on hooks and
     refuse fp8): what its techniques keep from load counts beside the weights (fp8 copies of the block linears),
     what they hold per request counts for their tiers' requests (a merged LoRA's undo records), and the longest
-    request is held for the tier that needs the most; `sparse_kernel` "cudnn": the sparse tiers' cuDNN call holds
-    copies ours does not (counted on every request: a plan per tier would refuse the same request on one tier and
-    not another for want of 6 GB at 14.375 s); `dtype`: the engine's (the CPU nano runs in float32)."""
+    request is held for the tier that needs the most; `sparse_kernel`: the block-sparse backend that runs, whose
+    call may hold copies ours does not (its registry entry's `extra_bytes`, kernels/sparse_backends.py; counted on
+    every request: a plan per tier would refuse the same request on one tier and not another for want of 6 GB at
+    14.375 s); `dtype`: the engine's (the CPU nano runs in float32)."""
     from engine.footprint import component_sizes, request_cost
     from engine.techniques import in_use, techniques
 

@@ -23,14 +23,11 @@ never compiles a new kernel: the compile key is dtype, head_dim, tile and the la
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
-from . import tile_select
+from . import sparse_backends, tile_select
 from ._common import HAS_TRITON, KernelUnavailable, jit_cache_size, tl, triton
-from .bsa_cudnn import cudnn_block_sparse_attention, cudnn_bsa_unavailable
-from .errors import BackendNameError
 from .tile_select import (
     check_layout,
     num_video_tiles,
@@ -48,16 +45,17 @@ from .tile_select import (
 # rescale were measured slower than impl 3 on the H200 (2026-12-03) and removed.
 CONFIG = {"impl": 3, "num_warps": 4, "num_stages": 3, "kv_tiles": 1}  # H200 sweep, 2026-12-03
 
-# Backends of `block_sparse_attention` on the GPU path (issue 17 item 2). "triton": our kernel; "cudnn": NVIDIA's
-# cuDNN frontend block-sparse attention through the peer layout (kernels/bsa_cudnn.py); "auto" (the default): cudnn
-# where `cudnn_bsa_unavailable` finds nothing against it, else triton, and triton if cudnn fails at run time. Measured
-# on the H200 (2026-12-04, bench/results/peers_2026-12-04_engine.json), this entry point with keep 0.1, one given
-# selection, the layout copies included: cudnn 11.76 ms against triton 12.78 at 37,760 rows, 88.1 against 102.8 at
-# 104,016, the same error against an fp32 reference. H3_SPARSE_BACKEND overrides the default for a whole process,
-# an explicit `backend=` argument overrides both.
-BACKENDS = ("triton", "cudnn", "auto")
-DEFAULT_BACKEND = "auto"
-BACKEND_ENV = "H3_SPARSE_BACKEND"
+# Backends of `block_sparse_attention` on the GPU path (issue 17 item 2), declared in kernels/sparse_backends.py
+# (issue 41 item 3): "triton": our kernel; "cudnn": NVIDIA's cuDNN frontend block-sparse attention through the peer
+# layout (kernels/bsa_cudnn.py); "auto" (the default): the registered backends by `auto_rank` where their probe finds
+# nothing against them (cudnn, then ours), and ours if one fails at run time. Measured on the H200 (2026-12-04,
+# bench/results/peers_2026-12-04_engine.json), this entry point with keep 0.1, one given selection, the layout copies
+# included: cudnn 11.76 ms against triton 12.78 at 37,760 rows, 88.1 against 102.8 at 104,016, the same error
+# against an fp32 reference. An explicit `backend=` argument (the engine's, from its argument or the server's
+# --sparse-backend) wins; H3_SPARSE_BACKEND is the fallback for a call that names none.
+BACKENDS = sparse_backends.choices()  # as registered at import; `sparse_backends.choices()` is the live list
+DEFAULT_BACKEND = sparse_backends.DEFAULT
+BACKEND_ENV = sparse_backends.ENV
 
 __all__ = ["BACKENDS", "KernelUnavailable", "block_sparse_attention", "block_sparse_attention_reference",
            "kernel_compile_count", "planned_backend", "resolve_backend"]
@@ -366,54 +364,52 @@ def _launch_attention(q, k, v, out, video_start, valid_len, tile, tile_indices):
 
 
 def resolve_backend(backend: str | None = None) -> str:
-    """The backend name a call uses: `backend` if given, else $H3_SPARSE_BACKEND (read here and nowhere else) if
-    set, else DEFAULT_BACKEND. Raises ValueError for a name outside BACKENDS."""
-    source = "backend"
-    if backend is None:
-        env = os.environ.get(BACKEND_ENV, "").strip()
-        backend, source = (env, BACKEND_ENV) if env else (DEFAULT_BACKEND, "DEFAULT_BACKEND")
-    if backend not in BACKENDS:
-        raise BackendNameError(f"block_sparse_attention: {source} {backend!r} is not one of {', '.join(BACKENDS)}")
-    return backend
+    """The backend name a call uses: `backend` if given, else $H3_SPARSE_BACKEND if set, else DEFAULT_BACKEND
+    (`sparse_backends.resolve`). Raises ValueError (BackendNameError) for a name outside the registry's choices."""
+    return sparse_backends.resolve(backend)
 
 
-def _cudnn_attention(q, k, v, video_start, valid_len, keep_ratio, tile, tile_indices, strict):
-    """(out or None, tile_indices) through cudnn.BSA. None (after our selection, if it ran) when cudnn can not run
-    and strict is off, so that the caller runs our kernel; strict raises KernelUnavailable with the reason."""
-    reason = cudnn_bsa_unavailable(q, tile)
+def _other_attention(backend: sparse_backends.SparseBackend, q, k, v, video_start, valid_len, keep_ratio, tile,
+                     tile_indices, strict):
+    """(out or None, tile_indices) through a registered backend other than ours. None (after our selection, if it
+    ran) when it can not run and strict is off, so that the caller runs our kernel; strict raises KernelUnavailable
+    with the reason."""
+    reason = backend.unavailable(q, tile)
     if reason is not None:
         if strict:
-            raise KernelUnavailable(f"block_sparse_attention backend 'cudnn': {reason}; strict mode refuses to "
-                                    "fall back")
+            raise KernelUnavailable(f"block_sparse_attention backend {backend.name!r}: {reason}; strict mode refuses "
+                                    "to fall back")
         return None, tile_indices
     try:
         if tile_indices is None:
             require_kernels("block_sparse_attention")
             tile_indices = select_tiles(q, k, video_start, valid_len, keep_ratio, tile)
-        return cudnn_block_sparse_attention(q, k, v, video_start=video_start, valid_len=valid_len,
-                                            tile_indices=tile_indices, tile=tile), tile_indices
+        return backend.run(q, k, v, video_start=video_start, valid_len=valid_len, tile_indices=tile_indices,
+                           tile=tile), tile_indices
     except KernelUnavailable:
         if strict:
             raise
-    except Exception as exc:  # a selection or cudnn.BSA compile / launch failure
+    except Exception as exc:  # a selection or the backend's compile / launch failure
         if strict:
             raise KernelUnavailable(
-                f"block_sparse_attention backend 'cudnn' failed on {q.device} ({type(exc).__name__}: {exc}); "
-                "strict mode refuses to fall back"
+                f"block_sparse_attention backend {backend.name!r} failed on {q.device} ({type(exc).__name__}: "
+                f"{exc}); strict mode refuses to fall back"
             ) from exc
     return None, tile_indices
 
 
 def planned_backend(device, dtype: torch.dtype, head_dim: int, tile: int = 64, backend: str | None = None) -> str:
-    """What `block_sparse_attention` runs on tensors of this device, dtype and head dim: "reference" (CPU),
-    "triton" or "cudnn", with "auto" resolved as a call resolves it. The engine records "cudnn" in the configuration
-    of the sparse tiers it serves: the two kernels' outputs differ (by one bf16 step at most, measured)."""
+    """The registered backend `block_sparse_attention` runs on tensors of this device, dtype and head dim: the
+    reference off the GPU path, else the chosen one, with "auto" resolved as a call resolves it (the first by
+    `auto_rank` whose probe passes). The engine records a backend whose `same_pixels` is False in the configuration
+    of the sparse tiers it serves (engine/interface.py `task_tier_config`)."""
     backend = resolve_backend(backend)  # a bad $H3_SPARSE_BACKEND fails here, when the engine loads, on CPU too
     probe = torch.empty(1, 1, 1, head_dim, device=device, dtype=dtype)
     if not triton_path(probe):
-        return "reference"
-    if backend == "auto":
-        return "cudnn" if cudnn_bsa_unavailable(probe, tile) is None else "triton"
+        return sparse_backends.off_gpu().name
+    if backend == sparse_backends.AUTO:
+        return next(b.name for b in sparse_backends.auto_order()
+                    if b is sparse_backends.ours() or b.unavailable(probe, tile) is None)
     return backend
 
 
@@ -422,10 +418,10 @@ def block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, keep_ra
                            backend: str | None = None) -> torch.Tensor:
     """Block-sparse attention. q, k, v `[B, S, H, D]` -> out `[B, S, H, D]` (q's dtype).
 
-    backend: "triton" (our kernels), "cudnn" (cudnn.BSA through the peer layout, kernels/bsa_cudnn.py) or "auto"
-    (cudnn where `cudnn_bsa_unavailable` is None, else triton; triton too when cudnn fails, strict or not); None
-    means $H3_SPARSE_BACKEND if set, else "auto" (`resolve_backend`). Any other name raises ValueError. The tile
-    selection is ours for every backend.
+    backend: a name of kernels/sparse_backends.py's registry: "triton" (our kernels), "cudnn" (cudnn.BSA through the
+    peer layout, kernels/bsa_cudnn.py) or "auto" (the others by `auto_rank` where their probe passes, else ours; ours
+    too when one fails, strict or not); None means $H3_SPARSE_BACKEND if set, else "auto" (`resolve_backend`). Any
+    other name raises ValueError. The tile selection is ours for every backend.
 
     CUDA tensors run the chosen backend; if it cannot, `KernelUnavailable` is raised when strict (the default) -
     there is no silent dense fallback, and "cudnn" on a GPU cudnn.BSA does not cover raises with the reason. With
@@ -442,11 +438,13 @@ def block_sparse_attention(q, k, v, *, video_start: int, valid_len: int, keep_ra
     if not triton_path(q):
         return block_sparse_attention_reference(q, k, v, video_start=video_start, valid_len=valid_len,
                                                 keep_ratio=keep_ratio, tile=tile, tile_indices=tile_indices)
-    fallback_ok = not strict
-    if backend == "auto":  # ours is the fallback of "auto": cudnn where it can run, else (even when strict) ours
-        backend, fallback_ok = "cudnn", True
-    if backend == "cudnn":  # `_cudnn_attention` checks `cudnn_bsa_unavailable` once and returns None to fall back
-        out, tile_indices = _cudnn_attention(q, k, v, video_start, valid_len, keep_ratio, tile, tile_indices,
+    ours = sparse_backends.ours()
+    if backend == sparse_backends.AUTO:  # ours is the fallback of "auto": the others where they run, else (even
+        others, fallback_ok = [b for b in sparse_backends.auto_order() if b is not ours], True  # when strict) ours
+    else:
+        others, fallback_ok = ([] if backend == ours.name else [sparse_backends.get(backend)]), not strict
+    for other in others:  # `_other_attention` checks the backend's probe once and returns None to fall back
+        out, tile_indices = _other_attention(other, q, k, v, video_start, valid_len, keep_ratio, tile, tile_indices,
                                              not fallback_ok)
         if out is not None:
             return out

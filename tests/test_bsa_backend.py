@@ -158,8 +158,8 @@ def gpu_path(monkeypatch):
     monkeypatch.setattr(bsa, "triton_path", lambda x: True)
     monkeypatch.setattr(bsa, "select_tiles", select)
     monkeypatch.setattr(bsa, "_launch_attention", launch)
-    monkeypatch.setattr(bsa, "cudnn_block_sparse_attention", cudnn)
-    monkeypatch.setattr(bsa, "cudnn_bsa_unavailable", lambda q, tile: calls.get("reason"))
+    monkeypatch.setattr(bsa_cudnn, "cudnn_block_sparse_attention", cudnn)
+    monkeypatch.setattr(bsa_cudnn, "cudnn_bsa_unavailable", lambda q, tile: calls.get("reason"))
     return calls
 
 
@@ -214,7 +214,7 @@ def test_cudnn_failure_is_loud_when_strict(gpu_path, monkeypatch):
     def broken(*a, **kw):
         raise RuntimeError("CuTe DSL compile error")
 
-    monkeypatch.setattr(bsa, "cudnn_block_sparse_attention", broken)
+    monkeypatch.setattr(bsa_cudnn, "cudnn_block_sparse_attention", broken)
     with pytest.raises(bsa.KernelUnavailable, match="CuTe DSL compile error"):
         run("cudnn")
     gpu_path["select"] = 0
@@ -314,7 +314,7 @@ def test_cudnn_wrapper_equals_the_reference(vs, valid_len, S, monkeypatch):
                                   softmax_scale=1 / math.sqrt(16))]
     # and through the engine's entry point, our selection included
     monkeypatch.setattr(bsa, "triton_path", lambda x: True)
-    monkeypatch.setattr(bsa, "cudnn_bsa_unavailable", lambda q, tile: None)
+    monkeypatch.setattr(bsa_cudnn, "cudnn_bsa_unavailable", lambda q, tile: None)
     out = bsa.block_sparse_attention(q, k, v, video_start=vs, valid_len=valid_len, keep_ratio=0.4, backend="auto")
     assert (out - ref).abs().max() < 1e-12
 
@@ -365,3 +365,149 @@ def test_cli_refuses_a_bad_backend_name(monkeypatch, capsys):
     monkeypatch.setenv(bsa.BACKEND_ENV, "cuDNN")
     assert main(["info"]) == 2
     assert "H3_SPARSE_BACKEND 'cuDNN' is not one of triton, cudnn, auto" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------- the registry (issue 41)
+
+
+def test_no_backend_name_is_spelled_in_the_engine():
+    """The engine reads the backends from kernels/sparse_backends.py: no registered backend's name appears in engine/
+    as a string literal (nor a selectable one as a word), so a new backend touches kernels/ only."""
+    import re
+    from pathlib import Path
+
+    from kernels import sparse_backends
+
+    names = list(sparse_backends.registry())
+    assert {"triton", "cudnn", "reference"} <= set(names)
+    engine_dir = Path(__file__).resolve().parents[1] / "engine"
+    found = []
+    for path in sorted(engine_dir.rglob("*.py")):
+        text = path.read_text()
+        for name, backend in sparse_backends.registry().items():
+            pattern = rf"[\"']{name}[\"']" + (rf"|\b{name}\b" if backend.selectable else "")
+            found += [f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group()}"
+                      for m in re.finditer(pattern, text)]
+    assert not found, found
+
+
+def test_each_backend_declares_its_probe_memory_and_pixels():
+    from kernels import sparse_backends
+
+    for name, backend in sparse_backends.registry().items():
+        assert backend.name == name and backend.summary
+        assert backend.extra_bytes(1000, 4, 64, 2) >= 0
+        assert isinstance(backend.same_pixels, bool)
+    cudnn, triton = sparse_backends.get("cudnn"), sparse_backends.get("triton")
+    assert not cudnn.same_pixels and triton.same_pixels and sparse_backends.get("reference").same_pixels
+    assert sparse_backends.ours() is triton and sparse_backends.off_gpu().name == "reference"
+    assert [b.name for b in sparse_backends.auto_order()] == ["cudnn", "triton"]
+    assert sparse_backends.choices() == ("triton", "cudnn", "auto") == bsa.BACKENDS
+    # the memory plan's former inline figure for cuDNN (engine/footprint.py before issue 41), heads 48 × 128 at bf16
+    for rows in (1, 64, 37_760, 104_016):
+        blocks = math.ceil(rows / 64) + 1
+        assert cudnn.extra_bytes(rows, 48, 128, 2) == 5 * rows * 48 * 128 * 2 + 48 * blocks * blocks * 4
+        assert triton.extra_bytes(rows, 48, 128, 2) == 0
+    with pytest.raises(ValueError, match="registered: triton, cudnn, reference"):
+        sparse_backends.get("flash")
+    with pytest.raises(ValueError, match="already registered"):
+        sparse_backends.register(cudnn)
+
+
+@pytest.fixture
+def toy_backend(monkeypatch):
+    """A backend registered as data only (pixels differ, 1 MB extra, first for auto), whose call returns 3s."""
+    from kernels import sparse_backends
+
+    calls = []
+
+    def run(q, k, v, *, video_start, valid_len, tile_indices, tile):
+        calls.append(tile_indices)
+        return torch.full_like(q, 3.0)
+
+    toy = sparse_backends.SparseBackend("toy", "a test backend", lambda q, tile: None,
+                                        lambda rows, heads, head_dim, size: 2**20, same_pixels=False, auto_rank=-1,
+                                        run=run)
+    monkeypatch.setitem(sparse_backends._REGISTRY, "toy", toy)
+    return calls
+
+
+def test_a_registered_backend_is_chosen_run_recorded_and_planned_for(toy_backend, gpu_path):
+    """Adding a backend is one registry entry: a call, "auto", the plan, the clip's config and the memory plan all
+    take it from there."""
+    from engine.interface import task_tier_config
+    from engine.request import GenerationRequest
+    from engine.tiers import TierTable
+    from kernels import sparse_backends
+
+    assert "toy" in sparse_backends.choices() and bsa.resolve_backend("toy") == "toy"
+    assert run("toy").unique().item() == 3.0 and len(toy_backend) == 1
+    assert gpu_path["select"] == 1  # our selection, handed to it
+    assert run("auto").unique().item() == 3.0  # first by auto_rank, available
+    assert run("triton").unique().item() == 1.0
+    assert bsa.planned_backend("cpu", torch.bfloat16, 128) == "toy"
+    sol = TierTable.load().get("sol").to_dict()
+    request = GenerationRequest(prompt="a red circle moves left to right", tier="sol")
+    assert task_tier_config(sol, request, "toy") == {**sol, "sparse_kernel": "toy"}
+
+
+def test_the_memory_plan_adds_the_backends_extra_bytes(toy_backend):
+    from engine.components import NANO_PATH
+    from engine.footprint import geometry_of, request_cost
+
+    geometry = geometry_of(NANO_PATH, {"canvas_short_edge": 128, "canvas_max_pixels": 128 * 224})
+    plain = request_cost(NANO_PATH, geometry, 5.0, 16, dtype=torch.float32)
+    toy = request_cost(NANO_PATH, geometry, 5.0, 16, dtype=torch.float32, sparse_kernel="toy")
+    ours = request_cost(NANO_PATH, geometry, 5.0, 16, dtype=torch.float32, sparse_kernel="triton")
+    assert toy.denoise - plain.denoise == 2**20 and ours.denoise == plain.denoise
+    assert (toy.encode, toy.decode, toy.exchange) == (plain.encode, plain.decode, plain.exchange)
+
+
+def test_the_engine_argument_wins_over_the_environment(gpu_path, monkeypatch):
+    from engine.interface import sparse_kernel_of
+
+    config = types.SimpleNamespace(attention_head_dim=128)
+    components = types.SimpleNamespace(device="cpu", dtype=torch.bfloat16, transformer=types.SimpleNamespace(
+        config=config), geometry=types.SimpleNamespace(sparse_tile=64))
+    monkeypatch.setenv(bsa.BACKEND_ENV, "cudnn")
+    assert sparse_kernel_of(components) == "cudnn"  # the environment: the fallback
+    assert sparse_kernel_of(components, "triton") == "triton"  # the engine argument
+    monkeypatch.setenv(bsa.BACKEND_ENV, "flash")  # a bad environment does not matter when the argument names one
+    assert sparse_kernel_of(components, "triton") == "triton"
+
+
+def test_the_engine_passes_its_choice_to_every_sparse_call(nano_engine, monkeypatch):
+    """`Engine(sparse_backend=...)` reaches kernels/block_sparse_attn.py on each sparse block (on this CPU it runs
+    the reference whatever the choice), and a bad name is refused when the engine is made."""
+    from engine.engine import Engine
+    from kernels import block_sparse_attn
+    from kernels.errors import BackendNameError
+
+    with pytest.raises(BackendNameError, match="'flash' is not one of triton, cudnn, auto"):
+        Engine(nano_engine.components, sparse_backend="flash")
+    seen = []
+    real = block_sparse_attn.block_sparse_attention
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("backend"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(block_sparse_attn, "block_sparse_attention", spy)
+    monkeypatch.setattr(nano_engine, "sparse_backend", "triton")
+    nano_engine.latents({"prompt": "a red circle", "tier": "turbo-sparse", "steps": 2, "short_edge": 32,
+                         "duration_seconds": 14, "force": True})
+    assert seen and set(seen) == {"triton"}
+
+
+def test_the_server_flag_names_the_engines_backend(monkeypatch):
+    import app
+    from engine.engine import Engine
+
+    assert app.parse_args([]).sparse_backend is None  # then $H3_SPARSE_BACKEND, else auto
+    assert app.parse_args(["--sparse-backend", "triton"]).sparse_backend == "triton"
+    with pytest.raises(SystemExit):
+        app.parse_args(["--sparse-backend", "flash"])
+    loaded = []
+    monkeypatch.setattr(Engine, "load", classmethod(lambda cls, **kwargs: loaded.append(kwargs)))
+    app.engine_loader(None, None, 1, "cudnn")()
+    assert loaded == [{"model_path": None, "tiers_file": None, "sparse_backend": "cudnn"}]
