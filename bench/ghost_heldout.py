@@ -8,10 +8,12 @@ compare_clips (FLIP and LPIPS off: only the ghost verdict is read).
     1344x768; subject speeds 0.5-3 % of the width per frame;
   - harmless: clean (identical), blurred, noisy, colour-shifted (3x3 matrix), flickering (gain and offset per
     frame), shifted (the whole picture moved 1-4 px) and delayed (the whole clip 0.5-2 frames late).
+Camera-motion suites (issue 35): `--camera pan` pans every scene, `--camera pan-zoom` also zooms in; the cases
+(ghosts and harmless differences) are the same recipe's, so each suite is the as-drawn one with the camera moving.
 Targets: recall >= 95 % at opacity >= 10 % for copies displaced by at least MIN_VISIBLE of the short side (a copy
 closer than that overlaps its subject; recall below it is reported apart), false positives <= 2 %.
 
-    python -m bench.ghost_heldout [--scenes 48] [--workers 2] [--out bench/results/ghost_heldout.json]
+    python -m bench.ghost_heldout [--scenes 48] [--workers 2] [--camera as-drawn|pan|pan-zoom] [--out FILE]
 
 Writes the results JSON (every case) and prints a summary. Nothing here was used to tune the detector's settings
 except where the JSON's "tuning_note" says so.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -40,15 +43,20 @@ MIN_VISIBLE = 0.02  # copy displacement, share of the short side, for the recall
 OUT = Path(__file__).resolve().parent / "results" / "ghost_heldout.json"
 
 
-def make_cases(scene_count: int, seed: int = SEED, first_scene: int = 0) -> list[dict[str, Any]]:
+def make_cases(scene_count: int, seed: int = SEED, first_scene: int = 0,
+               camera: str = "as-drawn") -> list[dict[str, Any]]:
     """Per scene: two ghosts and three harmless differences, as plain data (it crosses a process boundary).
-    Scenes first_scene .. first_scene + scene_count - 1 (a scene number seeds its stage)."""
+    Scenes first_scene .. first_scene + scene_count - 1 (a scene number seeds its stage). The camera does not change
+    the cases, only how their scenes are filmed (scenes.make_stage)."""
+    if camera not in scenes.CAMERAS:
+        raise ValueError(f"camera must be one of {scenes.CAMERAS}, not {camera!r}")
     rng = np.random.default_rng(seed)
     cases = []
     harmless = 0
     for scene in range(first_scene, first_scene + scene_count):
         width, height = CANVASES[scene % len(CANVASES)]
-        stage = {"scene": scene, "width": width, "height": height}
+        stage = {"scene": scene, "width": width, "height": height,
+                 **({"camera": camera} if camera != "as-drawn" else {})}
         for _ in range(2):
             lag = int(rng.choice([s for k in range(1, 13) for s in (k, -k)]))
             cases.append({**stage, "kind": "ghost", "lag": lag, "opacity": round(float(rng.uniform(0.10, 0.40)), 3),
@@ -112,7 +120,7 @@ def candidate(stage: scenes.Stage, base: np.ndarray, case: dict[str, Any]) -> tu
 def run_scene(cases: list[dict[str, Any]], params: GhostParams | None = None) -> list[dict[str, Any]]:
     """Render one scene's baseline once and compare every candidate of that scene with it."""
     first = cases[0]
-    stage = scenes.make_stage(first["scene"], first["width"], first["height"])
+    stage = scenes.make_stage(first["scene"], first["width"], first["height"], camera=first.get("camera", "as-drawn"))
     base = scenes.render(stage)
     out = []
     for case in cases:
@@ -126,7 +134,8 @@ def run_scene(cases: list[dict[str, Any]], params: GhostParams | None = None) ->
                     "lag_found": int(np.bincount(np.abs(g.lags[g.flagged])).argmax()) if g.flagged.any() else 0,
                     "seconds": round(time.perf_counter() - start, 2),
                     "renderer": {"supersample": stage.supersample, "shutter": stage.shutter, "gamma": stage.gamma,
-                                 "grain": stage.grain, "pan": round(stage.pan, 2), "subjects": len(stage.actors),
+                                 "grain": stage.grain, "pan": round(stage.pan, 2), "zoom": round(stage.zoom, 4),
+                                 "subjects": len(stage.actors),
                                  "paths": [a.path for a in stage.actors]}})
     return out
 
@@ -140,12 +149,20 @@ def by_scene(cases: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def run_all(cases: list[dict[str, Any]], workers: int, params: GhostParams | None = None) -> list[dict[str, Any]]:
     groups = by_scene(cases)
+    start = time.perf_counter()
+
+    def done(index: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        elapsed = time.perf_counter() - start
+        print(f"scene {index + 1}/{len(groups)} done ({elapsed:.0f} s)", file=sys.stderr, flush=True)
+        return rows
+
     if workers <= 1:
-        return [r for g in groups for r in run_scene(g, params)]
+        return [r for i, g in enumerate(groups) for r in done(i, run_scene(g, params))]
     # Spawned processes: no forked OpenCV thread pools. Largest canvases first, so the pool ends evenly.
     groups.sort(key=lambda g: -g[0]["width"])
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return sorted((r for rs in pool.map(run_scene, groups, [params] * len(groups)) for r in rs),
+        rows = pool.map(run_scene, groups, [params] * len(groups))
+        return sorted((r for i, rs in enumerate(rows) for r in done(i, rs)),
                       key=lambda r: (r["scene"], r["kind"] != "ghost"))
 
 
@@ -154,7 +171,7 @@ def _rate(flags: list[bool]) -> dict[str, Any]:
 
 
 def summarise(results: list[dict[str, Any]], seconds: float, params: GhostParams | None = None, seed: int = SEED,
-              first_scene: int = 0) -> dict[str, Any]:
+              first_scene: int = 0, camera: str = "as-drawn") -> dict[str, Any]:
     ghosts = [r for r in results if r["kind"] == "ghost"]
     visible = [r for r in ghosts if r["displacement_share"] >= MIN_VISIBLE]
     harmless = [r for r in results if r["kind"] != "ghost"]
@@ -171,7 +188,7 @@ def summarise(results: list[dict[str, Any]], seconds: float, params: GhostParams
     return {
         "what": "held-out ghost detection (not the calibration set): bench/ghost_heldout.py, "
                 "bench/ghost_heldout_scenes.py",
-        "seed": seed, "first_scene": first_scene, "cases": len(results), "seconds": round(seconds, 1),
+        "seed": seed, "first_scene": first_scene, "camera": camera, "cases": len(results), "seconds": round(seconds, 1),
         "detector": (params or GhostParams()).__dict__,
         "min_visible_displacement_share": MIN_VISIBLE,
         "recall_visible_opacity_ge_10pct": _rate([r["ghosting"] for r in visible]),
@@ -198,17 +215,19 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--first-scene", type=int, default=0, help="another set: scenes from this number on")
+    parser.add_argument("--camera", default="as-drawn", choices=scenes.CAMERAS,
+                        help="film every scene with a pan, or a pan and a zoom (the camera-motion suites)")
     parser.add_argument("--only", default="", help="comma-separated case kinds to run (e.g. ghost), for experiments")
     parser.add_argument("--params", default="{}", help="JSON of GhostParams overrides, for experiments")
     args = parser.parse_args()
     overrides = json.loads(args.params)
     params = GhostParams(workers=1, **{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
-    cases = make_cases(args.scenes, args.seed, args.first_scene)
+    cases = make_cases(args.scenes, args.seed, args.first_scene, args.camera)
     if args.only:
         cases = [c for c in cases if c["kind"] in args.only.split(",")]
     start = time.perf_counter()
     results = run_all(cases, args.workers, params)
-    report = summarise(results, time.perf_counter() - start, params, args.seed, args.first_scene)
+    report = summarise(results, time.perf_counter() - start, params, args.seed, args.first_scene, args.camera)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     for key in ("recall_visible_opacity_ge_10pct", "recall_below_visible_displacement", "false_positive_rate"):
         print(f"{key}: {report[key]}")

@@ -10,7 +10,9 @@ generalises rather than how well it was fitted:
   - renderer: supersampling 1x or up to 3x (anti-aliasing; always 1x from 960 wide up), an optional shutter
     (motion blur from 3 sub-frame renders), an optional gamma curve and baked-in sensor grain, all drawn with
     cv2.fillPoly on sprites warped per frame (calibration: one sub-pixel-shifted sprite, no shutter, no gamma);
-  - canvases 224x128 to 1344x768, 24 frames.
+  - canvases 224x128 to 1344x768, 24 frames;
+  - camera: as drawn (a pan on one scene in three), or, for the camera-motion suites, a pan on every scene
+    ("pan") or a pan and a zoom in about the frame's centre ("pan-zoom"; the real model's clips pan and zoom).
 A ghost is a copy of one subject drawn again at its pose of time t - lag (lag < 0: a lead, a future pose) at an
 opacity, or a double exposure of the whole frame. The harmless differences are plain functions of the frames.
 
@@ -73,6 +75,18 @@ class Stage:
     gamma: float
     grain: float
     seed: int
+    zoom: float = 0.0  # camera zoom per frame: the picture is scaled by 1 + zoom * t about the frame's centre
+
+    def camera(self, t: float) -> np.ndarray:
+        """3x3 affine (render scale) taking the unzoomed frame at time t to the screen: the zoom about the centre."""
+        z = 1.0 + self.zoom * t
+        cx, cy = self.width * self.supersample / 2, self.height * self.supersample / 2
+        return np.array([[z, 0, cx * (1 - z)], [0, z, cy * (1 - z)], [0, 0, 1]], np.float64)
+
+    def on_screen(self, x: float, y: float, t: float) -> tuple[float, float]:
+        """Where a point drawn at output pixel (x, y) of the unzoomed frame at time t lands on the screen."""
+        z = 1.0 + self.zoom * t
+        return (self.width / 2 + z * (x - self.width / 2), self.height / 2 + z * (y - self.height / 2))
 
 
 def _plasma(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
@@ -132,14 +146,27 @@ def _sprite(rng: np.random.Generator, size: int) -> np.ndarray:
     return rgba
 
 
+CAMERAS = ("as-drawn", "pan", "pan-zoom")
+
+
 def make_stage(seed: int, width: int, height: int, frames: int = 24, speed: float | None = None,
-               subjects: int | None = None) -> Stage:
-    """A random held-out scene. speed: subject speed in output pixels per frame (default: 0.5-3 % of the width)."""
+               subjects: int | None = None, camera: str = "as-drawn") -> Stage:
+    """A random held-out scene. speed: subject speed in output pixels per frame (default: 0.5-3 % of the width).
+    camera: "as-drawn" (the scene's own draw: no pan on two scenes in three), "pan" (every scene pans 0.3-0.8 % of
+    a 224-wide frame per frame, either way) or "pan-zoom" (that pan and a zoom in of 0.4-1.2 % per frame, 10-29 %
+    over 24 frames). The camera's own draws come from a separate generator, so the scene is otherwise the same."""
+    if camera not in CAMERAS:
+        raise ValueError(f"camera must be one of {CAMERAS}, not {camera!r}")
     rng = np.random.default_rng(10_000 + seed)
     # Supersampling 1x or up to 3x, capped so the render canvas stays within ~1344x768 x 1-3 (CPU time).
     ss = int(rng.choice([1, max(1, min(3, 1344 // width))]))
     pan = float(rng.choice([0.0, 0.0, rng.uniform(0.2, 0.8) * width / 224]))
-    margin = int(math.ceil(pan * (frames + 30))) + 2
+    zoom = 0.0
+    if camera != "as-drawn":
+        cam = np.random.default_rng(20_000 + seed)
+        pan = float(cam.uniform(0.3, 0.8) * width / 224 * cam.choice([-1.0, 1.0]))
+        zoom = float(cam.uniform(0.004, 0.012)) if camera == "pan-zoom" else 0.0
+    margin = int(math.ceil(abs(pan) * (frames + 30))) + 2
     bg_h, bg_w = height * ss, (width + margin) * ss
     background = (_plasma, _checker, _discs)[int(rng.integers(0, 3))](rng, bg_h, bg_w)
     count = subjects if subjects is not None else int(rng.choice([1, 1, 2, 3]))
@@ -155,17 +182,19 @@ def make_stage(seed: int, width: int, height: int, frames: int = 24, speed: floa
         actors.append(Actor(_sprite(rng, size * ss), str(rng.choice(["linear", "circle", "accelerate", "zigzag"])),
                             origin, (vx, vy), float(rng.uniform(-0.04, 0.04)), float(rng.uniform(0, 0.06))))
     return Stage(width, height, frames, background, tuple(actors), pan, ss, bool(rng.random() < 0.3),
-                 float(rng.choice([1.0, 1.0, 0.8, 1.25])), float(rng.choice([0.0, 0.0, 1.5])), seed)
+                 float(rng.choice([1.0, 1.0, 0.8, 1.25])), float(rng.choice([0.0, 0.0, 1.5])), seed, zoom)
 
 
 def _paste(canvas: np.ndarray, actor: Actor, t: float, stage: Stage, opacity: float) -> None:
-    """Composite the actor at its pose of time t onto canvas (render scale) in place, with camera pan at t_cam."""
+    """Composite the actor at its pose of time t onto canvas (render scale) in place, through the camera's zoom
+    at time t (the pan is in the actor's origin, see _scene_at)."""
     cx, cy, angle, scale = actor.pose(t)
     ss = stage.supersample
     h, w = actor.rgba.shape[:2]
     m = cv2.getRotationMatrix2D((w / 2, h / 2), math.degrees(angle), scale)
     m[0, 2] += cx * ss - w / 2
     m[1, 2] += cy * ss - h / 2
+    m = (stage.camera(t) @ np.vstack([m, [0, 0, 1]]))[:2]
     size = (canvas.shape[1], canvas.shape[0])
     warped = cv2.warpAffine(actor.rgba, m, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
     alpha = warped[..., 3:4] * opacity
@@ -178,8 +207,8 @@ def _scene_at(stage: Stage, t: float, copies: tuple[tuple[int, float, float], ..
     """One render-scale frame at time t: background under the camera, actors, then ghost copies
     (actor index, lag, opacity) at their on-screen poses of time t - lag."""
     ss = stage.supersample
-    x = stage.pan * (t + 15) * ss
-    m = np.float32([[1, 0, -x + offset[0] * ss], [0, 1, offset[1] * ss]])
+    x = stage.pan * (t + 15) * ss + (abs(stage.pan) * 51 * ss if stage.pan < 0 else 0)  # leftward: start right
+    m = np.float32((stage.camera(t) @ [[1, 0, -x + offset[0] * ss], [0, 1, offset[1] * ss], [0, 0, 1]])[:2])
     canvas = cv2.warpAffine(stage.background, m, (stage.width * ss, stage.height * ss), flags=cv2.INTER_LINEAR,
                             borderMode=cv2.BORDER_REFLECT)
 
@@ -228,19 +257,20 @@ def render(stage: Stage, copies: tuple[tuple[int, float, float], ...] = (), time
 def mean_speed(stage: Stage, actor: int = 0) -> float:
     """Mean on-screen speed of an actor over the clip, output pixels per frame (pan included)."""
     a = stage.actors[actor]
-    pts = [a.pose(t) for t in range(stage.frames)]
-    steps = [math.hypot(p[0] - q[0] - stage.pan, p[1] - q[1]) for p, q in zip(pts[1:], pts[:-1])]
-    return float(np.mean(steps))
+    return float(np.mean([math.dist(_screen(stage, a, t + 1), _screen(stage, a, t)) for t in range(stage.frames - 1)]))
 
 
 def copy_displacement(stage: Stage, lag: int, actor: int = 0) -> float:
     """Median on-screen distance between the actor and its copy from `lag` frames away, output pixels."""
     a = stage.actors[actor]
-    d = []
-    for t in range(stage.frames):
-        p, q = a.pose(t), a.pose(t - lag)
-        d.append(math.hypot(p[0] - q[0] - stage.pan * lag, p[1] - q[1]))
-    return float(np.median(d))
+    return float(np.median([math.dist(_screen(stage, a, t), _screen(stage, a, t - lag)) for t in range(stage.frames)]))
+
+
+def _screen(stage: Stage, actor: Actor, t: float) -> tuple[float, float]:
+    """The actor's centre on the screen at time t (output pixels): its pose, the pan, the zoom of time t. A copy from
+    t - lag is drawn where frame t - lag showed it, so this is also where that copy sits."""
+    x, y = actor.pose(t)[:2]
+    return stage.on_screen(x - stage.pan * t, y, t)
 
 
 # ---- harmless differences: (T, H, W, 3) uint8 -> same; seeded where random ----

@@ -1,8 +1,10 @@
 """The subject gates (issue 35): a subject that vanishes, breaks up or wanders fails, whatever surrounds it; a clip
-that keeps it passes, on a plain or textured background and under a camera pan. Scenes are drawn here, seeded."""
+that keeps it passes, on a plain or textured background and under a camera pan or zoom. Scenes are drawn here,
+seeded."""
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 
@@ -86,6 +88,35 @@ def test_a_camera_pan_that_keeps_the_subject_passes():
     subject = {k: v for k, v in result["gates"].items() if k.startswith("subject_")}
     assert all(g["passed"] is not False for g in subject.values()), subject
     assert result["subject_lost_frames"] == []
+
+
+def zoomed(frames: np.ndarray, rate: float) -> np.ndarray:
+    """The camera zooming in about the frame's centre: frame t scaled by 1 + rate * t (the real model's clips zoom)."""
+    out = np.empty_like(frames)
+    for t, frame in enumerate(frames):
+        m = cv2.getRotationMatrix2D((W / 2, H / 2), 0.0, 1.0 + rate * t)
+        out[t] = cv2.warpAffine(frame, m, (W, H), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
+    return out
+
+
+def test_a_camera_pan_and_zoom_that_keeps_the_subject_passes():
+    """Both clips filmed with the same pan and a 28 % zoom in: the subject grows and moves on screen, the candidate
+    keeps it 1 px off and noisy; no subject gate fails."""
+    base = zoomed(scene(pan=2), 0.006)
+    cand = zoomed(scene(pan=2, shift=1), 0.006).astype(np.int16)
+    cand = np.clip(cand + np.random.default_rng(2).integers(-3, 4, cand.shape), 0, 255).astype(np.uint8)
+    result = summary(base, cand)
+    subject = {k: v for k, v in result["gates"].items() if k.startswith("subject_")}
+    assert subject and all(g["passed"] is not False for g in subject.values()), subject
+    assert result["subject_lost_frames"] == [] and result["subject_present"] >= 0.9
+
+
+def test_under_a_pan_and_zoom_a_subject_gone_for_24_frames_still_fails():
+    base = zoomed(scene(pan=2), 0.006)
+    result = summary(base, zoomed(scene(pan=2, missing=range(12, 36)), 0.006))
+    gate = result["gates"]["subject_lost"]
+    assert gate["passed"] is False and gate["frames"] == [12, 35], gate
+    assert result["suggested_verdict"] == "reject"
 
 
 def test_a_subject_broken_into_pieces_fails():
