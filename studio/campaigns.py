@@ -51,7 +51,8 @@ class CampaignHost(Protocol):
 log = logging.getLogger(__name__)
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "assets" / "prompts"
-SETTINGS_FIELDS = tuple(f for f in PAIR_FIELDS if f not in ("prompt", "seed", "tier"))
+# A campaign records no trajectories (issue 37: one pair at a time, on request).
+SETTINGS_FIELDS = tuple(f for f in PAIR_FIELDS if f not in ("prompt", "seed", "tier", "trajectory"))
 CAMPAIGN_FIELDS = ("name", "tier", "suite", "prompts", "seeds", *SETTINGS_FIELDS)
 MAX_SEEDS = 100
 INTERACTIVE_SLOTS = 2  # queue places a campaign leaves free, so a reviewer's own pair is not refused meanwhile
