@@ -8,6 +8,8 @@
     POST   /v1/searches/{name}/resume                        run a stopped or cancelled one on
     GET    /v1/searches/{name}/front                         the Pareto front (feasible candidates only)
     POST   /v1/searches/{name}/candidates/{n}/worst-pair     the candidate's worst (prompt, seed) as a pair
+    POST   /v1/searches/{name}/review                        the front's candidates as blind review campaigns
+    POST   /v1/searches/{name}/candidates/{n}/tier           admin: an approved candidate saved as a named tier
 
 Errors are studio/api.py's: 400 naming the field, 404 for an unknown search or candidate, 409 when a search of that
 name exists, another one runs, or it is not running; 503 while the engine loads. Every cost in a response is
@@ -19,10 +21,18 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Request
+from pydantic import BaseModel, ConfigDict
 
 from studio.api import _actor, _current_user, _TypedRoute, client_address
 from studio.auth import Accounts
 from studio.service import StudioService
+
+
+class TierSave(BaseModel):
+    """The name of the tier to save (default: the candidate's own, `<search>-c<n>`, whose approval it carries)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str | None = None
 
 
 def create_search_router(service: StudioService, accounts: Accounts | None = None) -> APIRouter:
@@ -68,6 +78,17 @@ def create_search_router(service: StudioService, accounts: Accounts | None = Non
     def search_worst_pair(name: str, candidate: int, request: Request,
                           user: str | None = Depends(current_user)) -> dict[str, Any]:
         return service.searches.worst_pair(name, candidate, submitted_by=user, client=client_address(request))
+
+    @router.post("/searches/{name}/review", tags=["searches"],
+                 summary="Queue the front's candidates as blind review campaigns (those not queued before)")
+    def review_front(name: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return service.searches.review(name, created_by=user)
+
+    @router.post("/searches/{name}/candidates/{candidate}/tier", tags=["searches"],
+                 summary="Admin only: save an approved candidate as a named tier in the tiers file, with its record")
+    def save_tier(name: str, candidate: int, body: TierSave | None = Body(None),
+                  user: str | None = Depends(current_user)) -> dict[str, Any]:
+        return service.searches.save_tier(name, candidate, body.name if body else None, _actor(accounts, user))
 
     return router
 

@@ -435,3 +435,117 @@ class SearchManager:
 
     def _review(self, study: Any) -> dict[str, Any]:
         return study.user_attrs.get("review", {})
+
+    # ------------------------------------------------------------------------------- review and tiers
+
+    def review(self, name: str, created_by: str | None = None) -> dict[str, Any]:
+        """Queue every front candidate not queued before as a review campaign (studio/campaigns.py) over the
+        search's prompts × seeds at its clip settings: its pairs go through the job queue as it has room, and
+        reviewers take them from "Next unreviewed pair", blind (the Review tab opens a search candidate's pair as
+        A and B in a random order; over REST, POST /v1/pairs/{id}/blind). Conflict naming `name` when the front
+        is empty or all of it is queued already."""
+        study, spec = self._study(name)
+        from studio.search import report
+
+        front = report(study, spec)["front"]
+        if not front:
+            raise Conflict("name", f"search {name!r} has no front yet: no candidate passed every gate")
+        review = dict(self._review(study))
+        queued = dict(review.get("campaigns", {}))
+        # A sampler may propose the same knobs again: one campaign per distinct configuration (its first candidate).
+        knobs_queued = {repr(sorted(row["knobs"].items())) for row in report(study, spec)["candidates"]
+                        if str(row["candidate"]) in queued}
+        fresh = []
+        for row in sorted(front, key=lambda r: r["candidate"]):
+            key = repr(sorted(row["knobs"].items()))
+            if str(row["candidate"]) not in queued and key not in knobs_queued:
+                knobs_queued.add(key)
+                fresh.append(row)
+        if not fresh:
+            raise Conflict("name", f"every front candidate of {name!r} is queued for review already (campaigns "
+                           f"{', '.join(queued.values())})")
+        settings = self._pair_settings(spec)
+        created = []
+        for row in fresh:
+            tier = self.candidate_tier(name, row["candidate"])[0]
+            self.register(tier)
+            self._registered(name, row["candidate"])
+            campaign = self.service.campaigns.create(
+                {**settings, "tier": tier.name, "prompts": list(spec.prompts), "seeds": list(spec.seeds),
+                 "name": f"search {name} · candidate {row['candidate']} (blind review)"}, created_by=created_by)
+            queued[str(row["candidate"])] = campaign["id"]
+            created.append(campaign)
+        review.update({"blind": True, "campaigns": queued, "tiers": sorted(
+            {*review.get("tiers", []), *(f"{name}-c{c}" for c in queued)})})
+        study.set_user_attr("review", review)
+        return {"object": "search.review", "search": name, "blind": True, "campaigns": created,
+                "queued_before": len(queued) - len(created), "review": review}
+
+    def blind_tiers(self) -> set[str]:
+        """The tiers of search candidates queued for blind review (the Review tab opens their pairs blind)."""
+        tiers: set[str] = set()
+        for name in self.names():
+            try:
+                tiers.update(self._review(self._study(name)[0]).get("tiers", []))
+            except Exception:  # noqa: BLE001 - a study that cannot be read has no tiers to hide
+                log.exception("could not read the review of search %s", name)
+        return tiers
+
+    def approval(self, tier: TierSpec) -> list[dict[str, Any]]:
+        """The served model's configurations of `tier` (any duration) with their tallies."""
+        model_id = self._engine().model_id
+        return [{key: config[key] for key in ("key", "duration_seconds", "approved", "accepts", "rejects",
+                                              "distinct_accepted_prompts", "accepting_reviewers", "blind")}
+                for config in self.service.store.list_configurations()
+                if config["tier_name"] == tier.name and config["model_id"] == model_id]
+
+    def save_tier(self, name: str, candidate: int, tier_name: str | None = None,
+                  actor: Actor = OPEN) -> dict[str, Any]:
+        """Append an approved candidate to the tiers file as a named tier (default: its candidate name, so its
+        approval carries over) with its search record, and serve it now. Admins only (it changes what the server
+        loads). Conflict naming `candidate` until one of its configurations is approved."""
+        from studio.search.tierfile import check_tier, save_tier
+
+        actor.require_admin("name", "save a tier")
+        tier, row, data = self.candidate_tier(name, candidate)
+        approvals = self.approval(tier)
+        if not any(config["approved"] for config in approvals):
+            tallies = "; ".join(f"{c['accepts']} accepts, {c['rejects']} rejects on {c['distinct_accepted_prompts']}"
+                                f" prompts" for c in approvals) or "never reviewed"
+            raise Conflict("candidate", f"candidate {candidate} ({tier.name}) is not approved ({tallies}): queue the "
+                           "front for review first")
+        if tier_name is not None:
+            if not isinstance(tier_name, str):
+                raise RequestError("name", "must be a tier name")
+            try:
+                check_tier(replace(tier, name=tier_name))
+            except RequestError as error:
+                raise RequestError("name", error.message) from None
+        saved = replace(tier, name=tier_name or tier.name)
+        study, spec = self._study(name)
+        trial = next(t for t in study.trials if t.number == candidate)
+        record = {
+            "search": name, "candidate": candidate, "candidate_tier": tier.name, "base_tier": spec.base_tier,
+            "knobs": row["knobs"], "feasible": row["feasible"], "on_front": row["on_front"],
+            "objectives": row["objectives"], "cost": row["cost"],
+            "cost_labels": {"measured": data["cost"]["measured"]["label"],
+                            "modelled": data["cost"]["modelled"]["label"]},
+            "cases": [{key: case.get(key) for key in ("prompt", "seed", "cost_s", "baseline_cost_s", "failed",
+                                                      "figures", "worst_frame")}
+                      for case in trial.user_attrs.get("cases", [])],
+            "prompts": list(spec.prompts), "seeds": list(spec.seeds), "request": dict(spec.request),
+            "approved_configurations": [c for c in approvals if c["approved"]],
+            "review_campaign": self._review(study).get("campaigns", {}).get(str(candidate)),
+            "saved_by": actor.name, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        if saved.name != tier.name:
+            record["note"] = (f"approved as {tier.name}; a configuration is keyed by its tier's name, so pairs of "
+                              f"{saved.name} start a new configuration")
+        save_tier(self.tiers_file, saved, record)
+        engine = self._engine()
+        if saved.name not in engine.tiers.tiers:
+            engine.tiers.add(saved)
+        return {"object": "search.tier", "tier": saved.to_dict(), "record": record,
+                "tiers_file": self.tiers_file.name, "served_now": True,
+                "load_with": "--tiers-file " + (str(self.service.config.tiers_file.name)
+                                                if self.service.config.tiers_file else f"<data dir>/{SAVED_TIERS}")}

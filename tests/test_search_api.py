@@ -243,3 +243,65 @@ def test_a_candidates_worst_pair_is_queued_once_as_a_pair_of_its_own_tier(studio
     assert client.post(url).json()["pair_id"] == first.json()["pair_id"]  # the same pair, not a second one
     wait_until(lambda: client.get(first.json()["url"]).json()["status"] in ("completed", "failed"), 240, 0.2,
                "the worst pair")
+
+
+def test_the_front_goes_to_blind_review_and_an_approved_candidate_is_saved_as_a_tier_app_py_loads(studio):
+    from engine.tiers import TierTable, with_knobs
+    from studio.search.tierfile import search_records
+    from studio.searches import SAVED_TIERS
+
+    client, service = studio.client, studio.service
+    shown = ensure_front(studio)
+    first = {}  # one campaign per distinct configuration on the front: its first candidate
+    for row in sorted(shown["front"], key=lambda r: r["candidate"]):
+        first.setdefault((row["knobs"]["lora.scale"], row["knobs"]["bucket"]), row["candidate"])
+    front = sorted(first.values())
+    queued = client.post("/v1/searches/front/review")
+    assert queued.status_code == 200, queued.text
+    campaigns = queued.json()["campaigns"]
+    assert queued.json()["blind"] is True and len(campaigns) == len(front) == 2
+    assert {c["tier"] for c in campaigns} == {f"front-c{n}" for n in front}
+    assert all(c["total"] == len(PROMPTS) for c in campaigns)
+    again = client.post("/v1/searches/front/review")
+    assert again.status_code == 409 and error_of(again)["field"] == "name"  # nothing new on the front
+    assert {f"front-c{n}" for n in front} <= service.searches.blind_tiers()
+
+    chosen = front[0]
+    early = client.post(f"/v1/searches/front/candidates/{chosen}/tier", json={"name": "found-fast"})
+    assert early.status_code == 409 and error_of(early)["field"] == "candidate"  # not approved yet
+
+    campaign = next(c for c in campaigns if c["tier"] == f"front-c{chosen}")
+    done = wait_until(lambda: (body := client.get(f"/v1/campaigns/{campaign['id']}").json())["pairs"].get(
+        "completed") == len(PROMPTS) and body, 300, 0.2, "the candidate's review pairs")
+    assert client.put("/v1/approval-rule", json={"min_distinct_prompts": 2, "min_reviewers": 1}).status_code == 200
+    for item in done["data"]:  # judged blind: A and B in a random order, the verdict recorded on the pair
+        blind = client.post(f"/v1/pairs/{item['pair_id']}/blind", json={"reviewer": "rita"}).json()
+        answer = client.post(f"/v1/blind/{blind['id']}/verdict", json={"reviewer": "rita", "answer": "no_difference"})
+        assert answer.status_code == 200, answer.text
+
+    bad = client.post(f"/v1/searches/front/candidates/{chosen}/tier", json={"name": "no spaces"})
+    assert bad.status_code == 400 and error_of(bad)["field"] == "name"
+    saved = client.post(f"/v1/searches/front/candidates/{chosen}/tier", json={"name": "found-fast"})
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["tiers_file"] == SAVED_TIERS and "/" not in saved.json()["tiers_file"]
+
+    path = service.config.data_dir / SAVED_TIERS
+    loaded = TierTable.load(path)  # what app.py's --tiers-file hands Engine.load
+    tier = loaded.get("found-fast")
+    knobs = next(row["knobs"] for row in shown["front"] if row["candidate"] == chosen)
+    expected = with_knobs(TierTable.load().get("turbo"), knobs)
+    assert (tier.lora.scale, tier.bucket, tier.steps) == (expected.lora.scale, expected.bucket, expected.steps)
+    assert tier.lora.resolved() == expected.lora.resolved()  # the LoRA file, wherever the tiers file lives
+    record = search_records(path)["found-fast"]
+    assert (record["search"], record["candidate"], record["candidate_tier"]) == ("front", chosen, f"front-c{chosen}")
+    assert record["knobs"] == knobs and record["cost"]["measured_s"] == knobs_cost(knobs)
+    assert record["cost_labels"]["measured"] == "measured on stub" and record["approved_configurations"]
+    assert record["review_campaign"] == campaign["id"] and len(record["cases"]) == len(PROMPTS)
+    assert "found-fast" in {row["name"] for row in client.get("/v1/tiers").json()["data"]}  # served at once
+    twice = client.post(f"/v1/searches/front/candidates/{chosen}/tier", json={"name": "found-fast"})
+    assert twice.status_code == 400 and error_of(twice)["field"] == "name"
+    assert TierTable.load(path).get("found-fast") == tier  # the refused save left the file as it was
+
+
+def knobs_cost(knobs: dict) -> float:
+    return TABLE[(knobs["lora.scale"], knobs["bucket"])][0]

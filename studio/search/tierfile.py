@@ -24,6 +24,8 @@ from typing import Any
 from engine.errors import RequestError
 from engine.tiers import TierSpec, TierTable, _spec_from_table, check_tier
 
+__all__ = ["check_tier", "file_form", "record_toml", "save_tier", "search_records", "tier_from_dict", "tier_toml"]
+
 RECORDS = "search_record"
 
 
