@@ -273,6 +273,10 @@ def test_the_front_goes_to_blind_review_and_an_approved_candidate_is_saved_as_a_
     campaign = next(c for c in campaigns if c["tier"] == f"front-c{chosen}")
     done = wait_until(lambda: (body := client.get(f"/v1/campaigns/{campaign['id']}").json())["pairs"].get(
         "completed") == len(PROMPTS) and body, 300, 0.2, "the candidate's review pairs")
+    from studio.ui.review import blind_for_search
+
+    assert all(blind_for_search(service, item["pair_id"], False) for item in done["data"])  # the Review tab: blind
+    assert not blind_for_search(service, shown_pair_of_turbo(service), False)  # a hand-made pair stays as chosen
     assert client.put("/v1/approval-rule", json={"min_distinct_prompts": 2, "min_reviewers": 1}).status_code == 200
     for item in done["data"]:  # judged blind: A and B in a random order, the verdict recorded on the pair
         blind = client.post(f"/v1/pairs/{item['pair_id']}/blind", json={"reviewer": "rita"}).json()
@@ -305,3 +309,12 @@ def test_the_front_goes_to_blind_review_and_an_approved_candidate_is_saved_as_a_
 
 def knobs_cost(knobs: dict) -> float:
     return TABLE[(knobs["lora.scale"], knobs["bucket"])][0]
+
+
+def shown_pair_of_turbo(service) -> str:
+    """A pair of the shipped turbo tier (made here if none exists)."""
+    pairs = [p for p in service.list_pairs() if p.tier == "turbo"]
+    if pairs:
+        return pairs[0].id
+    return service.submit_pair({"prompt": PROMPTS[0], "seed": 9, "tier": "turbo", "steps": 2, "baseline_steps": 2,
+                                "target": {"duration_seconds": 5, "short_edge": 32}}).id

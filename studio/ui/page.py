@@ -1,5 +1,5 @@
-"""The studio page (Gradio 6): a status line over five tabs, Generate, Compare, Review, Configurations and Export,
-each built by its own module; this one assembles them and wires what crosses tabs.
+"""The studio page (Gradio 6): a status line over its tabs, Generate, Compare, Review, Campaigns, Search,
+Configurations and Export, each built by its own module; this one assembles them and wires what crosses tabs.
 
     build_ui(service) -> gr.Blocks        (app.py mounts it at "/" next to the REST routes)
 
@@ -26,6 +26,7 @@ from studio.ui.generate import build_generate_tab
 from studio.ui.media import ClipCache, MediaDir
 from studio.ui.player import PLAYER_CSS
 from studio.ui.review import build_review_tab
+from studio.ui.search import build_search_tab
 
 CSS = PLAYER_CSS + """
 .h3-error { color: var(--error-text-color, #b91c1c); font-size: 0.9em; margin-top: -4px; }
@@ -68,11 +69,15 @@ def build_ui(service: StudioService, accounts: Accounts | None = None) -> gr.Blo
                 review = build_review_tab(service, media)
             with gr.Tab("Campaigns", id="campaigns") as campaigns_tab:
                 campaigns = build_campaigns_tab(service, accounts)
+            with gr.Tab("Search", id="search") as search_tab:
+                search = build_search_tab(service, accounts)
             with gr.Tab("Configurations", id="configurations") as configurations_tab:
                 configurations = build_configurations_tab(service, accounts)
             with gr.Tab("Export", id="export") as export_tab:
                 export = build_export_tab(service, media)
         _wire_cross_tab(service, demo, tabs, status, generate, compare, review, configurations)
+        _wire_search(service, tabs, compare, search)
+        search_tab.select(search["on_select"], search["select_inputs"], search["select_outputs"])
         # Lists that change as others review: re-read them whenever their tab is opened.
         configurations_tab.select(configurations["refresh"], None, configurations["outputs"])
         campaigns_tab.select(campaigns["on_select"], campaigns["select_inputs"], campaigns["select_outputs"])
@@ -83,6 +88,37 @@ def build_ui(service: StudioService, accounts: Accounts | None = None) -> gr.Blo
         review_tab.select(review["refresh_campaigns"], review["campaign"], review["campaign"], queue=False)
         export_tab.select(export["refresh"], None, export["chosen"])
     return demo
+
+
+def _wire_search(service, tabs, compare, search) -> None:
+    """A search candidate's worst pair opens in Compare: at once when it exists, else once the queue made it."""
+
+    def open_worst(search_name, candidate, compare_pair, request: gr.Request):
+        message, pending, open_id = search["open_worst"](search_name, candidate, request)
+        if open_id:
+            return message, pending, completed_pair_dropdown(service, compare_pair, select=open_id), \
+                gr.Tabs(selected="compare")
+        return message, pending, gr.update(), gr.update()
+
+    outputs = [search["worst_result"], search["pending"], compare["pair"], tabs]
+    search["worst"].click(open_worst, [*search["worst_inputs"], compare["pair"]], outputs)
+
+    def made(pending, compare_pair):
+        if not pending:
+            return gr.update(), pending, gr.update(), gr.update()
+        try:
+            pair = service.get_pair(pending)
+        except Exception:  # noqa: BLE001 - deleted meanwhile: stop waiting for it
+            return gr.update(), None, gr.update(), gr.update()
+        if pair.status == "failed":
+            return f"<div class='h3-error'>pair {pending} failed: {html.escape(str(pair.error))}</div>", None, \
+                gr.update(), gr.update()
+        if pair.status != "completed":
+            return gr.update(), pending, gr.update(), gr.update()
+        return f"<div class='h3-panel'>Pair <code>{pending}</code> is made: opened in Compare.</div>", None, \
+            completed_pair_dropdown(service, compare_pair, select=pending), gr.Tabs(selected="compare")
+
+    search["timer"].tick(made, [search["pending"], compare["pair"]], outputs, queue=False, show_progress="hidden")
 
 
 # ------------------------------------------------------------------------------------------- status

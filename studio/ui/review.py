@@ -135,6 +135,9 @@ def build_review_tab(service: StudioService, media: MediaDir | None = None) -> d
 
     blind_outputs = [blind_box, video_a, video_b, blind_state, named_box, submit, blind_save, result]
     blind.change(show_blind, [pair, blind, name], blind_outputs)
+    # A search candidate queued for review (Search → "Queue the front for blind review") is judged blind.
+    pair_change = pair_change.then(lambda pid, on: gr.update(value=True) if blind_for_search(service, pid, on)
+                                   else gr.update(), [pair, blind], blind, queue=False)
     pair_change.then(show_blind, [pair, blind, name], blind_outputs)
 
     def save_blind(pair_id, blind_id, typed_name, answer_v, reasons_v, notes_v, change_v, request: gr.Request):
@@ -210,6 +213,17 @@ def campaign_dropdown(service: StudioService, current: str | None):
     choices = campaign_choices(service)
     values = [v for _, v in choices]
     return gr.update(choices=choices, value=current if current in values else (values[0] if values else None))
+
+
+def blind_for_search(service: StudioService, pair_id: str | None, blind_on: bool) -> bool:
+    """True when blind review should be switched on for this pair: its tier is a search candidate queued for
+    blind review (studio/searches.py) and it is not on already."""
+    if blind_on or not pair_id:
+        return False
+    try:
+        return service.get_pair(pair_id).tier in service.searches.blind_tiers()
+    except Exception:  # noqa: BLE001 - a pair gone or a search.db unreadable: leave the reviewer's choice
+        return False
 
 
 def _blind_clip(service: StudioService, media: MediaDir | None, blind_id: str, label: str) -> str:
