@@ -406,15 +406,19 @@ def build_search_tab(service: StudioService, accounts: Accounts | None = None) -
 
     save.click(save_tier, [chosen, candidate, tier_name], review_result)
 
-    def on_select(base_v, chosen_v):
+    def on_select(base_v, chosen_v, axis_v, current):
+        """The tab opened: the tier list, the searches, and the chosen one's views (an unchanged pick fires no
+        change event, so they are drawn here)."""
         tiers = [row["name"] for row in service.tiers()] if service.ready else []
         value = base_v if base_v in tiers else ("sol" if "sol" in tiers else (tiers[0] if tiers else None))
         choices = _search_choices(service)
         names = [v for _, v in choices]
-        return gr.update(choices=tiers, value=value), \
-            gr.update(choices=choices, value=chosen_v if chosen_v in names else (names[0] if names else None))
+        search = chosen_v if chosen_v in names else (names[0] if names else None)
+        return gr.update(choices=tiers, value=value), gr.update(choices=choices, value=search), \
+            *views(search, axis_v, current)
 
-    return {"on_select": on_select, "select_inputs": [base, chosen], "select_outputs": [base, chosen],
+    return {"on_select": on_select, "select_inputs": [base, chosen, axis, candidate],
+            "select_outputs": [base, chosen, *view_outputs],
             "worst": worst, "open_worst": open_worst, "worst_inputs": [chosen, candidate],
             "worst_result": worst_result, "pending": pending, "timer": timer}
 
