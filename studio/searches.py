@@ -55,18 +55,25 @@ class EngineBusy:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
 
+    def wait_idle(self) -> None:
+        """Block while the job queue has a job (SearchCancelled when the search is cancelled meanwhile). The
+        evaluator calls it before its quality comparison too, so that CPU work also waits for people's jobs."""
+        from studio.search import SearchCancelled
+
+        started = time.monotonic()
+        while self._busy():
+            if self._cancelled():
+                raise SearchCancelled
+            time.sleep(self._poll_s)
+        self.waited_s += time.monotonic() - started
+        if self._cancelled():
+            raise SearchCancelled
+
     def generate(self, payload: Any, on_step: Callable | None = None, cancel: Callable[[], bool] | None = None):
         from studio.search import SearchCancelled
 
         while True:
-            started = time.monotonic()
-            while self._busy():
-                if self._cancelled():
-                    raise SearchCancelled
-                time.sleep(self._poll_s)
-            self.waited_s += time.monotonic() - started
-            if self._cancelled():
-                raise SearchCancelled
+            self.wait_idle()
             try:
                 return self._engine.generate(payload, on_step=on_step,
                                              cancel=lambda: self._cancelled() or self._busy())

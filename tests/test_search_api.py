@@ -65,8 +65,11 @@ def studio(tmp_path_factory, nano_engine):
     service.searches.evaluator_factory = objective.evaluator
     app = create_app(service)
     install_search_routes(app, service)  # as app.py does
+    served = dict(nano_engine.tiers.tiers)
     with TestClient(app) as client:
         yield SimpleNamespace(client=client, service=service, objective=objective)
+    nano_engine.tiers.tiers.clear()  # the session's engine serves only its own tiers to the modules after this one
+    nano_engine.tiers.tiers.update(served)
 
 
 def spec(name: str, candidates: int = 12, **extra) -> dict:
@@ -75,8 +78,8 @@ def spec(name: str, candidates: int = 12, **extra) -> dict:
             "knobs": {"lora.scale": {"choices": [0.5, 1.0, 1.5]}, "bucket": {"choices": [0, 64]}}, **extra}
 
 
-def finished(client, name: str, timeout_s: float = 120) -> dict:
-    return wait_until(lambda: (body := client.get(f"/v1/searches/{name}").json())["progress"]["state"]
+def finished(client, name: str, timeout_s: float = 120, auth=None) -> dict:
+    return wait_until(lambda: (body := client.get(f"/v1/searches/{name}", auth=auth).json())["progress"]["state"]
                       in ("finished", "cancelled", "failed") and body, timeout_s, 0.05, f"search {name}")
 
 
@@ -318,3 +321,40 @@ def shown_pair_of_turbo(service) -> str:
         return pairs[0].id
     return service.submit_pair({"prompt": PROMPTS[0], "seed": 9, "tier": "turbo", "steps": 2, "baseline_steps": 2,
                                 "target": {"duration_seconds": 5, "short_edge": 32}}).id
+
+
+def test_with_auth_a_search_is_its_creators_to_cancel_and_only_admins_save_tiers(tmp_path, nano_engine):
+    import json
+
+    from studio.auth import load_accounts
+
+    (tmp_path / "users.json").write_text(json.dumps({"alice": "wonder", "bob": "builder",
+                                                     "root": {"password": "r00t", "role": "admin"}}))
+    objective = StubObjective()
+    objective.hold = threading.Event()
+    service = StudioService.open(tmp_path / "data", engine=nano_engine, quality_loader=lambda: None)
+    service.searches.evaluator_factory = objective.evaluator
+    accounts = load_accounts(tmp_path / "users.json")
+    app = create_app(service, accounts=accounts)
+    install_search_routes(app, service, accounts)
+    alice, bob, root = ("alice", "wonder"), ("bob", "builder"), ("root", "r00t")
+    try:
+        with TestClient(app) as client:
+            assert client.get("/v1/searches").status_code == 401
+            assert client.post("/v1/searches", json=spec("mine", candidates=2), auth=alice).status_code == 200
+            assert objective.entered.wait(30)
+            refused = client.delete("/v1/searches/mine", auth=bob)
+            assert refused.status_code == 403 and error_of(refused)["field"] == "name"
+            assert client.delete("/v1/searches/mine", auth=root).status_code == 200  # an admin may
+            objective.hold.set()
+            assert finished(client, "mine", auth=bob)["progress"]["state"] == "cancelled"
+            refused = client.post("/v1/searches/mine/resume", auth=bob)
+            assert refused.status_code == 403 and error_of(refused)["field"] == "name"
+            assert client.post("/v1/searches/mine/resume", auth=alice).status_code == 200
+            shown = finished(client, "mine", auth=bob)
+            assert shown["progress"]["state"] == "finished"
+            candidate = shown["candidates"][-1]["candidate"]
+            saved = client.post(f"/v1/searches/mine/candidates/{candidate}/tier", json={}, auth=alice)
+            assert saved.status_code == 403 and error_of(saved)["field"] == "name"
+    finally:
+        service.close()

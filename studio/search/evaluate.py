@@ -122,6 +122,7 @@ class EngineEvaluator:
                 table[tier.name] = before  # a candidate already registered for review stays registered
         cost = clip.inference_time_s
         hits = tuple(index for index, step in enumerate(clip.steps) if step.get("cache") == "hit")
+        getattr(self.engine, "wait_idle", lambda: None)()  # in a server: people's jobs first (studio/searches.py)
         comparison = compare_clips(base, candidate, gates=self.gates, lpips=self._scorer is not None,
                                    lpips_scorer=self._scorer)
         summary = comparison.summary()
