@@ -134,6 +134,18 @@ def test_a_recoloured_subject_fails_on_colour():
     assert result["gates"]["subject_colour"]["passed"] is False or result["gates"]["subject_lost"]["passed"] is False
 
 
+def test_a_baseline_where_only_specks_stand_out_has_no_subject_and_no_error():
+    """Twenty small squares, none 8 % of what stands out: no piece is a subject (a textured background in a pan gave
+    this; compare_clips raised ValueError on an empty crop before)."""
+    frames = np.full((4, H, W, 3), 20, np.uint8)
+    for i in range(20):
+        x, y = 8 + (i % 10) * 21, 20 + (i // 10) * 60
+        frames[:, y:y + 8, x:x + 8] = RED
+    result = summary(frames, frames.copy())
+    assert result["gates"]["subject_present"]["passed"] is None
+    assert "subject (no subject stands out in the baseline)" in result["suggestion_reasons"][-1]
+
+
 def test_no_subject_in_the_baseline_is_said_not_passed():
     flat = np.full((T, H, W, 3), 40, np.uint8)
     result = summary(flat, flat)

@@ -226,6 +226,9 @@ def track_subject(base_frames: np.ndarray, cand_frames: np.ndarray, factor: int,
         # The baseline measured the same way (its pieces of min_piece or more), so an identical frame gives 1 and 0 px.
         base_count, base_mask = _pieces(base_mask, params.min_piece * area)
         area = int(base_mask.sum())
+        if area == 0:  # only specks stand out (many small pieces, a textured background in a pan): no subject
+            masks[t] = False
+            continue
         out["base_area"][t] = area * factor * factor
         out["base_fragments"][t] = base_count
         out["present"][t] = min(matched.sum() / area, 1.0)
