@@ -358,3 +358,30 @@ def test_with_auth_a_search_is_its_creators_to_cancel_and_only_admins_save_tiers
             assert saved.status_code == 403 and error_of(saved)["field"] == "name"
     finally:
         service.close()
+
+
+def test_after_a_restart_the_searches_state_is_read_back_and_reviewed_candidates_are_served_again(studio):
+    from engine.engine import Engine
+    from engine.tiers import TierTable
+    from studio.searches import SearchManager
+
+    client, service = studio.client, studio.service
+    shown = ensure_front(studio)
+    if not shown["review"].get("campaigns"):
+        assert client.post("/v1/searches/front/review").status_code == 200
+    review = service.searches.show("front")["review"]
+    fresh = object.__new__(Engine)  # a newly loaded engine: the built-in tiers only (no weights needed here)
+    fresh.tiers = TierTable.load()
+    restarted = SearchManager(service)  # a new server's manager over the same data dir: no run in memory
+    restarted.attach(fresh)
+    assert set(review["tiers"]) <= set(fresh.tiers.tiers)  # their campaigns' pairs can be planned again
+    assert fresh.tiers.get(review["tiers"][0]) == studio.service.engine.tiers.get(review["tiers"][0])
+    assert restarted.show("front")["progress"]["state"] == "finished"  # its budget is spent
+    # A search whose server stopped mid-run reads "stopped" (resume continues it), not "running".
+    study = restarted._study("front")[0]
+    last = study.user_attrs["last_run"]
+    study.set_user_attr("last_run", {"state": "running"})
+    try:
+        assert restarted._stored_state(study, {"budget": 99, "done": 3}) == "stopped"
+    finally:
+        study.set_user_attr("last_run", last)
