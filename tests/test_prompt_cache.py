@@ -8,7 +8,7 @@ import torch
 from engine import engine as engine_module
 from engine.stages import encode_text
 
-REQUEST = {"prompt": "a red circle moves left to right", "seed": 3, "steps": 2}
+REQUEST = {"prompt": "a red circle moves left to right", "seed": 3, "steps": 2, "short_edge": 32}
 
 
 def test_a_pair_encodes_its_prompt_once_and_the_cache_keeps_the_last_few(nano_engine, monkeypatch):
