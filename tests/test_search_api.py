@@ -385,3 +385,36 @@ def test_after_a_restart_the_searches_state_is_read_back_and_reviewed_candidates
         assert restarted._stored_state(study, {"budget": 99, "done": 3}) == "stopped"
     finally:
         study.set_user_attr("last_run", last)
+
+
+def test_a_real_nano_search_in_the_server_gives_way_to_a_pair_submitted_meanwhile(tmp_path, nano_engine):
+    """The served nano makes the search's clips (EngineEvaluator through EngineBusy): a pair submitted while the
+    search runs is made, the search waits for it (or gives its clip up and makes it again) and still finishes."""
+    from studio.search import EngineEvaluator
+
+    served = dict(nano_engine.tiers.tiers)
+    service = StudioService.open(tmp_path / "data", engine=nano_engine, quality_loader=lambda: None)
+    service.searches.evaluator_factory = lambda engine: EngineEvaluator(engine, lpips=False)
+    try:
+        body = {"name": "nano", "base_tier": "sol", "prompts": [PROMPTS[0]], "seeds": [0], "candidates": 2,
+                "request": {"duration_seconds": 5, "short_edge": 32, "steps": 3},
+                "knobs": {"sparse.keep_ratio": {"low": 0.05, "high": 0.5}, "sparse.dense_first_steps": {"low": 0,
+                                                                                                       "high": 1}}}
+        service.searches.start(body)
+        wait_until(lambda: service.searches.show("nano")["progress"].get("current"), 60, 0.02, "the first case")
+        pair = service.submit_pair({"prompt": PROMPTS[1], "seed": 3, "tier": "turbo", "steps": 2,
+                                    "baseline_steps": 2, "target": {"duration_seconds": 5, "short_edge": 32}})
+        made = wait_until(lambda: (p := service.get_pair(pair.id)).status in ("completed", "failed") and p, 240,
+                          0.1, "the person's pair")
+        assert made.status == "completed", made.error
+        assert service.searches.wait("nano", 240) == "finished"
+        shown = service.searches.show("nano")
+        progress = shown["progress"]
+        assert progress["done"] == 2 and (progress["gave_way_to_jobs"] >= 1 or progress["waited_for_queue_s"] > 0)
+        assert all(row["cost"]["measured_s"] > 0 and row["cost"]["modelled_s"] > 0
+                   for row in shown["candidates"] if "cost" in row)
+        assert shown["cost"]["measured"]["label"].startswith("measured on CPU")
+    finally:
+        service.close()
+        nano_engine.tiers.tiers.clear()
+        nano_engine.tiers.tiers.update(served)
