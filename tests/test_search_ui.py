@@ -109,6 +109,7 @@ def test_the_search_tab_starts_a_search_and_names_a_bad_fields_slot(nano_engine,
     from studio.service import StudioService
     from studio.ui import build_ui
 
+    served = dict(nano_engine.tiers.tiers)
     service = StudioService.open(tmp_path / "data", engine=nano_engine, quality_loader=lambda: None)
     service.searches.evaluator_factory = StubObjective().evaluator
     demo = build_ui(service)
@@ -125,5 +126,20 @@ def test_the_search_tab_starts_a_search_and_names_a_bad_fields_slot(nano_engine,
             assert service.searches.wait("ui", 60) == "finished"
             shown = wait_until(lambda: (s := service.searches.show("ui"))["progress"]["done"] == 4 and s, 30)
             assert shown["progress"]["state"] == "finished"
+
+            # A candidate's worst pair: queued through the job queue, then opened in Compare once it is made.
+            worst = _component(demo, "h3-search-worst")
+            compare_pair = _component(demo, "h3-compare-pair")
+            candidate = shown["candidates"][0]["candidate"]
+            queued = _call(client, demo, worst, "click", ["ui", candidate, None])["data"]
+            pair_id = service.searches._study("ui")[0].user_attrs["pairs"][str(candidate)]
+            assert pair_id in str(queued[0]) and "opens in Compare once made" in str(queued[0])
+            wait_until(lambda: service.get_pair(pair_id).status == "completed", 240, 0.2, "the worst pair")
+            opened = _call(client, demo, worst, "click", ["ui", candidate, None])["data"]
+            assert "Opened pair" in str(opened[0])
+            assert opened[2]["value"] == pair_id and opened[3]["selected"] == "compare"  # Compare shows it
+            assert pair_id in [value for _, value in opened[2]["choices"]] and compare_pair.elem_id
     finally:
         service.close()
+        nano_engine.tiers.tiers.clear()  # the candidate tiers served here go with this studio
+        nano_engine.tiers.tiers.update(served)
