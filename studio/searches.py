@@ -506,6 +506,16 @@ class SearchManager:
                 for config in self.service.store.list_configurations()
                 if config["tier_name"] == tier.name and config["model_id"] == model_id]
 
+    def records(self) -> dict[str, dict[str, Any]]:
+        """{tier name: search record} of the tiers file saved tiers go to ({} without one, or unreadable)."""
+        from studio.search.tierfile import search_records
+
+        try:
+            return search_records(self.tiers_file)
+        except RequestError:
+            log.warning("the tiers file %s cannot be read for search records", self.tiers_file.name)
+            return {}
+
     def save_tier(self, name: str, candidate: int, tier_name: str | None = None,
                   actor: Actor = OPEN) -> dict[str, Any]:
         """Append an approved candidate to the tiers file as a named tier (default: its candidate name, so its

@@ -309,6 +309,8 @@ class StudioService:
             duration = validate_duration(duration, engine.limits, "duration")
         rows = [{**row, "reason": hide_paths(row.get("reason"))} if row.get("reason") else row
                 for row in engine.tiers.describe(duration, model_untrained=engine.untrained)]
+        records = self.searches.records()  # a tier saved from a search carries its record (studio/searches.py)
+        rows = [{**row, "search_record": records[row["name"]]} if row["name"] in records else row for row in rows]
         if self.remotes is None:
             return rows
         remote_rows = self.remotes.tier_rows()  # a tier served by remotes is served by them, not in-process

@@ -304,7 +304,8 @@ def test_the_front_goes_to_blind_review_and_an_approved_candidate_is_saved_as_a_
     assert record["knobs"] == knobs and record["cost"]["measured_s"] == knobs_cost(knobs)
     assert record["cost_labels"]["measured"] == "measured on stub" and record["approved_configurations"]
     assert record["review_campaign"] == campaign["id"] and len(record["cases"]) == len(PROMPTS)
-    assert "found-fast" in {row["name"] for row in client.get("/v1/tiers").json()["data"]}  # served at once
+    served = {row["name"]: row for row in client.get("/v1/tiers").json()["data"]}
+    assert served["found-fast"]["search_record"]["candidate"] == chosen  # served at once, with its record
     twice = client.post(f"/v1/searches/front/candidates/{chosen}/tier", json={"name": "found-fast"})
     assert twice.status_code == 400 and error_of(twice)["field"] == "name"
     assert TierTable.load(path).get("found-fast") == tier  # the refused save left the file as it was
