@@ -562,7 +562,10 @@ class SearchManager:
         engine = self._engine()
         if saved.name not in engine.tiers.tiers:
             engine.tiers.add(saved)
-        return {"object": "search.tier", "tier": saved.to_dict(), "record": record,
+        shown = saved.to_dict()
+        if shown.get("lora"):  # the response names no file on the server's disk: the LoRA by its file name
+            shown["lora"] = {**shown["lora"], "path": Path(shown["lora"]["path"]).name}
+        return {"object": "search.tier", "tier": shown, "record": record,
                 "tiers_file": self.tiers_file.name, "served_now": True,
                 "load_with": "--tiers-file " + (str(self.service.config.tiers_file.name)
                                                 if self.service.config.tiers_file else f"<data dir>/{SAVED_TIERS}")}

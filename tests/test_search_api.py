@@ -291,6 +291,7 @@ def test_the_front_goes_to_blind_review_and_an_approved_candidate_is_saved_as_a_
     saved = client.post(f"/v1/searches/front/candidates/{chosen}/tier", json={"name": "found-fast"})
     assert saved.status_code == 200, saved.text
     assert saved.json()["tiers_file"] == SAVED_TIERS and "/" not in saved.json()["tiers_file"]
+    assert saved.json()["tier"]["lora"]["path"] == "nano-turbo-9.safetensors"  # no server path in the answer
 
     path = service.config.data_dir / SAVED_TIERS
     loaded = TierTable.load(path)  # what app.py's --tiers-file hands Engine.load
