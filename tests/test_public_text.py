@@ -55,7 +55,7 @@ def test_tier_reasons_and_load_errors_show_no_server_path(tmp_path):
     tiers = TierTable({"baseline": TierSpec("baseline", "reference", steps=50),
                        "turbo": TierSpec("turbo", "LoRA", steps=9, lora=LoraSpec(str(missing)))})
     engine = SimpleNamespace(tiers=tiers, limits=ModelLimits(), untrained=False)
-    fake = SimpleNamespace(engine=engine, remotes=None)
+    fake = SimpleNamespace(engine=engine, remotes=None, searches=SimpleNamespace(records=dict))  # no saved tiers
     rows = {row["name"]: row for row in StudioService.tiers(fake)}
     assert not rows["turbo"]["available"]
     assert str(tmp_path) not in rows["turbo"]["reason"] and "…/gone.safetensors" in rows["turbo"]["reason"]
