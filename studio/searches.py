@@ -389,7 +389,12 @@ class SearchManager:
 
         if not isinstance(engine, Engine):
             return
-        for name in self.names():
+        try:
+            names = self.names()
+        except Exception:  # noqa: BLE001 - an unreadable search.db must not keep the engine from serving
+            log.exception("could not read the searches to serve their candidates again")
+            return
+        for name in names:
             try:
                 study, _ = self._study(name)
                 for candidate in study.user_attrs.get("registered", []):
