@@ -168,6 +168,18 @@ def test_every_cost_is_labelled_and_the_modelled_cost_sits_beside_the_measured_o
     references = {row["tier"]: row for row in result["reference_modelled"]}
     assert references["sol"]["modelled_s"] == pytest.approx(model.modelled(sol, 5.0), abs=1e-3)
     assert references["fp8"]["modelled_s"] is None and "fp8" in references["fp8"]["modelled_note"]
+    # The front under the modelled cost: the same rule as Optuna's (which reproduces its measured front).
+    from studio.search.study import OBJECTIVES, pareto
+
+    feasible_rows = [row for row in complete if row["feasible"]]
+    measured_front = pareto(feasible_rows, lambda row: [row["objectives"][n] for n, _ in OBJECTIVES])
+    assert measured_front == {row["candidate"] for row in result["front"]}
+    by_knobs = {row["candidate"]: (row["knobs"]["sparse.tile"], row["cost"]["modelled_s"],
+                                   row["objectives"]["subject_present"]) for row in feasible_rows}
+    assert result["front_modelled"] and set(result["front_modelled"]) <= set(by_knobs)
+    for number in result["front_modelled"]:  # nothing feasible is cheaper (modelled) and keeps at least as much
+        _, cost, present = by_knobs[number]
+        assert not any(c < cost and p >= present for _, c, p in by_knobs.values())
     shown = report(load(tmp_path, "s")[0])  # what `python -m studio.search show` prints: the same labels
     assert shown["cost"] == result["cost"] and shown["candidates"][0].get("cost") == result["candidates"][0].get("cost")
 

@@ -61,6 +61,7 @@ SHOWN = {
         {"candidate": 0, "state": "complete", "knobs": {"k": 1}, "feasible": True, "on_front": True, "cases_run": 2,
          "objectives": {"subject_present": 0.9, "subject_flip": 0.1}, "cost": {"measured_s": 1.0, "modelled_s": 20.0}},
         {"candidate": 1, "state": "complete", "knobs": {"k": 2}, "feasible": True, "on_front": False, "cases_run": 2,
+         "on_front_modelled": True,
          "objectives": {"subject_present": 0.8, "subject_flip": 0.1}, "cost": {"measured_s": 1.5, "modelled_s": 30.0}},
         {"candidate": 2, "state": "complete", "knobs": {"k": 3}, "feasible": False, "on_front": False,
          "cases_run": 1, "failed_gates": ["subject_lost"],
@@ -82,6 +83,7 @@ def test_progress_plot_table_and_selection_show_both_costs_and_the_front_apart()
     modelled = plot_frame(SHOWN, MODELLED)
     assert list(modelled["cost_s"]) == [20.0, 30.0, 9, 142.9]  # the shipped tier beside them; fp8 has no model
     assert modelled.iloc[-1]["group"] == GROUPS["reference"] and modelled.iloc[-1]["knobs"] == "sol"
+    assert modelled.iloc[1]["group"] == GROUPS["front"]  # the front of the modelled cost, not of the measured one
     table = candidates_html(SHOWN)
     assert "cost measured" in table and "cost modelled (H200)" in table and "subject_lost" in table
     assert [value for _, value in candidate_choices(SHOWN)] == [0, 1, 2]  # front first; the pruned one made no clip

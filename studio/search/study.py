@@ -240,6 +240,10 @@ def report(study: optuna.Study, spec: SearchSpec | None = None) -> dict[str, Any
         else set()
     for row in rows:
         row["on_front"] = row["candidate"] in front
+    modelled_front = pareto([row for row in rows if row["feasible"] and row["cost"]["modelled_s"] is not None],
+                            lambda row: [row["cost"]["modelled_s"], *(row["objectives"][n] for n, _ in OBJECTIVES[1:])])
+    for row in rows:
+        row["on_front_modelled"] = row["candidate"] in modelled_front
     feasible = [row for row in rows if row["feasible"]]
     measured = f"measured on {study.user_attrs.get('device', '?')}"
     return {
@@ -257,8 +261,23 @@ def report(study: optuna.Study, spec: SearchSpec | None = None) -> dict[str, Any
                                      if row["cost"]["modelled_s"] is not None), default=None),
         "reference_modelled": reference_modelled(study, spec),
         "front": [row for row in rows if row["on_front"]],
+        # The same front with the modelled full-size cost in place of the measured one (what the H200 would pay).
+        "front_modelled": [row["candidate"] for row in rows if row["on_front_modelled"]],
         "candidates": rows,
     }
+
+
+def pareto(rows: list[dict[str, Any]], values: Callable[[dict[str, Any]], list[float]]) -> set[int]:
+    """The candidates no other row dominates under OBJECTIVES' directions (at least as good on every objective,
+    better on one)."""
+    signs = [1 if direction == "minimize" else -1 for _, direction in OBJECTIVES]
+    keyed = [(row["candidate"], [sign * value for sign, value in zip(signs, values(row), strict=True)])
+             for row in rows]
+
+    def dominates(a: list[float], b: list[float]) -> bool:
+        return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
+
+    return {number for number, mine in keyed if not any(dominates(other, mine) for _, other in keyed)}
 
 
 def base_tier(study: optuna.Study, spec: SearchSpec) -> TierSpec | None:

@@ -151,20 +151,22 @@ def progress_html(shown: dict[str, Any] | None) -> str:
     return "<div class='h3-panel' id='h3-search-progress'>" + "<br>".join(parts) + "</div>"
 
 
-def _group(row: dict[str, Any]) -> str:
-    return GROUPS["front" if row["on_front"] else "feasible" if row["feasible"] else "infeasible"]
+def _group(row: dict[str, Any], axis: str = MEASURED) -> str:
+    """Its group on the plot; the front is the one of the plotted cost (measured, or modelled)."""
+    on_front = row["on_front"] if axis == MEASURED else row.get("on_front_modelled", row["on_front"])
+    return GROUPS["front" if on_front else "feasible" if row["feasible"] else "infeasible"]
 
 
 def plot_frame(shown: dict[str, Any] | None, axis: str = MEASURED) -> pd.DataFrame:
     """One point per candidate that made a clip: x = its cost (measured or modelled), y = worst-case subject
-    presence, the group (front / feasible / infeasible); modelled also draws the shipped tiers at y = 1 (the
-    baseline keeps its own subject; a shipped tier's quality is not measured here)."""
+    presence, the group (front / feasible / infeasible; the front of that cost); modelled also draws the shipped
+    tiers at y = 1 (the baseline keeps its own subject; a shipped tier's quality is not measured here)."""
     columns = ["cost_s", "subject_present", "group", "candidate", "knobs"]
     if not shown:
         return pd.DataFrame(columns=columns)
     key = "measured_s" if axis == MEASURED else "modelled_s"
     rows = [{"cost_s": row["cost"][key], "subject_present": row["objectives"]["subject_present"],
-             "group": _group(row), "candidate": row["candidate"],
+             "group": _group(row, axis), "candidate": row["candidate"],
              "knobs": ", ".join(f"{k}={v}" for k, v in row["knobs"].items())}
             for row in shown["candidates"] if "cost" in row and row["cost"].get(key) is not None]
     if axis == MODELLED:
