@@ -16,7 +16,7 @@ import pytest
 from bench import ghost_heldout
 
 RESULTS = Path(ghost_heldout.__file__).resolve().parent / "results" / "ghost_heldout.json"
-CASE_KEYS = ("scene", "width", "height", "kind", "lag", "opacity", "mode", "actor_pick", "arg", "seed")
+CASE_KEYS = ("scene", "width", "height", "camera", "kind", "lag", "opacity", "mode", "actor_pick", "arg", "seed")
 
 
 @pytest.mark.parametrize("camera", ghost_heldout.scenes.CAMERAS)
@@ -33,11 +33,12 @@ def test_held_out_scenes_20_and_25(camera):
             assert 0.5 * r["opacity"] <= r["ghost_score"] <= 1.2 * r["opacity"], ghost_heldout._brief(r)
 
 
-def test_committed_results_are_the_recipes_cases():
-    report = json.loads(RESULTS.read_text())
+@pytest.mark.parametrize("name", ["ghost_heldout.json", *(f"ghost_heldout_2030_{c}.json" for c in ("pan", "pan-zoom"))])
+def test_committed_results_are_the_recipes_cases(name):
+    report = json.loads((RESULTS.parent / name).read_text())
     first = report.get("first_scene", 0)
     scenes = 1 + max(r["scene"] for r in report["results"]) - first
-    recipe = ghost_heldout.make_cases(scenes, report["seed"], first)
+    recipe = ghost_heldout.make_cases(scenes, report["seed"], first, report.get("camera", "as-drawn"))
     stored = sorted(({k: r[k] for k in CASE_KEYS if k in r} for r in report["results"]),
                     key=lambda c: json.dumps(c, sort_keys=True))
     assert stored == sorted(recipe, key=lambda c: json.dumps(c, sort_keys=True))
