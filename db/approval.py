@@ -44,8 +44,7 @@ def tally(rule: ApprovalRule, verdicts: Iterable[VerdictRecord]) -> dict[str, An
     rejects = [v for v in counted if v.decision == "reject"]
     prompts = sorted({v.prompt for v in accepts})
     reviewers = sorted({v.reviewer for v in accepts})
-    return {
-        "approved": rule.is_approved(len(prompts), len(rejects), len(reviewers)),
+    summary = {
         "accepts": len(accepts),
         "rejects": len(rejects),
         "distinct_accepted_prompts": len(prompts),
@@ -53,6 +52,15 @@ def tally(rule: ApprovalRule, verdicts: Iterable[VerdictRecord]) -> dict[str, An
         "accepting_reviewers": reviewers,
         "versions": len(verdicts),
     }
+    return {"approved": rule.is_approved(measures(summary)), **summary}
+
+
+def measures(summary: dict[str, Any]) -> dict[str, int]:
+    """What a criterion of the rule can bound (its ``measure``, db/rule.py), from a tally (or a configuration,
+    which carries one). A criterion over something new adds its count to ``tally`` and here."""
+    return {"accepts": summary["accepts"], "rejects": summary["rejects"],
+            "distinct_accepted_prompts": summary["distinct_accepted_prompts"],
+            "accepting_reviewers": len(summary["accepting_reviewers"])}
 
 
 def pair_accepted(verdicts: list[VerdictRecord]) -> bool:

@@ -172,9 +172,8 @@ class ApprovalRuleVersion(Base):
     __tablename__ = "approval_rules"
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    min_distinct_prompts: Mapped[int] = mapped_column(Integer)
-    min_reviewers: Mapped[int] = mapped_column(Integer)
-    max_rejects: Mapped[int] = mapped_column(Integer)
+    # the rule's fields (db/rule.py ApprovalRule.as_dict) as canonical JSON: a new criterion needs no migration
+    rule_json: Mapped[str] = mapped_column(Text)
     changed_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column()
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from db.errors import StoreError
+from db.rule import ApprovalRule  # noqa: F401  (its home is db/rule.py; importable from here as before)
 
 VIDEO_STATUSES = ("queued", "in_progress", "completed", "failed")
 PAIR_STATUSES = ("queued", "in_progress", "completed", "failed")
@@ -131,39 +131,3 @@ class VerdictRecord(_Record):
     blind_a: str | None = None  # a blind review: the clip shown as A (baseline or candidate); None when named
     blind_answer: str | None = None  # no_difference, a_worse or b_worse
 
-
-@dataclass(frozen=True)
-class ApprovalRule(_Record):
-    """When a configuration counts as approved, over each reviewer's latest verdict per pair: accepts on
-    ``min_distinct_prompts`` distinct prompts from ``min_reviewers`` distinct reviewers, and at most
-    ``max_rejects`` standing rejects (0: none)."""
-
-    min_distinct_prompts: int = 3
-    max_rejects: int = 0
-    min_reviewers: int = 2
-
-    # field → (minimum, maximum). The upper bounds keep every value a SQLite INTEGER (2^63 was an overflow, a 500,
-    # issue 42) on every path that sets a rule (REST, the UI, code), not only REST's body model.
-    BOUNDS = {"min_distinct_prompts": (1, 100_000), "max_rejects": (0, 100_000), "min_reviewers": (1, 1_000)}
-
-    def __post_init__(self) -> None:
-        for name, (minimum, maximum) in self.BOUNDS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-                raise StoreError(name, f"must be an integer in {minimum}..{maximum}, got {value!r}")
-
-    def updated(self, fields: Any) -> ApprovalRule:
-        """This rule with the given fields changed; StoreError naming an unknown or invalid field."""
-        if not isinstance(fields, dict):
-            raise StoreError("approval_rule", "must be an object with min_distinct_prompts, min_reviewers, "
-                                              "max_rejects")
-        known = self.as_dict()
-        unknown = sorted(set(fields) - set(known))
-        if unknown:
-            raise StoreError(unknown[0], f"unknown field; the rule has {', '.join(known)}")
-        return ApprovalRule(**{**known, **fields})
-
-    def is_approved(self, distinct_accepted_prompts: int, rejects: int, accepting_reviewers: int) -> bool:
-        """Apply the rule to a configuration's tallies of standing verdicts."""
-        return (distinct_accepted_prompts >= self.min_distinct_prompts and rejects <= self.max_rejects
-                and accepting_reviewers >= self.min_reviewers)

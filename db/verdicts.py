@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from db import approval, convert
 from db import validate as check
 from db.errors import Conflict, NotFound, StoreError
-from db.keys import configuration_key, new_id, utc_now
+from db.keys import canonical_json, configuration_key, new_id, utc_now
 from db.models import ApprovalRuleVersion, Configuration, Pair, Verdict
 from db.records import DECISIONS, REASONS, WITHDRAWN, ApprovalRule, PairRecord, VerdictRecord
 
@@ -106,14 +106,18 @@ class ReviewStore:
 
     def _rule_in_force(self, session: Session) -> tuple[ApprovalRule, int]:
         row = session.scalar(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq.desc()))
-        return (self.default_approval_rule, 0) if row is None else (rule_of(row), row.seq)
+        return (self.default_approval_rule, 0) if row is None else (self._rule_of(row), row.seq)
+
+    def _rule_of(self, row: ApprovalRuleVersion) -> ApprovalRule:
+        """A stored version read as this store's rule class (a subclass may add criteria; db/rule.py)."""
+        return type(self.default_approval_rule).from_stored(json.loads(row.rule_json))
 
     def set_approval_rule(self, rule: ApprovalRule, changed_by: str) -> ApprovalRule:
         """Store a new approval rule (every earlier one stays in ``approval_rule_history``)."""
         changed_by = check.text(changed_by, "changed_by")
 
         def work(session: Session) -> ApprovalRule:
-            session.add(ApprovalRuleVersion(**rule.as_dict(), changed_by=changed_by, created_at=utc_now()))
+            session.add(rule_row(rule, changed_by))
             return rule
 
         return self._write(work)
@@ -138,7 +142,7 @@ class ReviewStore:
                                           "another admin changed it since you read it; reload it and apply your "
                                           "change again")
             rule = current.updated(fields)
-            row = ApprovalRuleVersion(**rule.as_dict(), changed_by=changed_by, created_at=utc_now())
+            row = rule_row(rule, changed_by)
             session.add(row)
             session.flush()
             return rule, row.seq
@@ -149,7 +153,7 @@ class ReviewStore:
         """Every rule an admin set, oldest first: the rule's fields plus version, changed_by and created_at."""
         def work(session: Session) -> list[dict[str, Any]]:
             rows = session.scalars(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq))
-            return [{**rule_of(r).as_dict(), "version": r.seq, "changed_by": r.changed_by,
+            return [{**self._rule_of(r).as_dict(), "version": r.seq, "changed_by": r.changed_by,
                      "created_at": r.created_at.replace(tzinfo=UTC).isoformat()} for r in rows]
 
         return self._read(work)
@@ -259,6 +263,7 @@ def add_version(session: Session, pair: Pair, reviewer: str, decision: str, reas
     return convert.verdict_record(row)
 
 
-def rule_of(row: ApprovalRuleVersion) -> ApprovalRule:
-    return ApprovalRule(min_distinct_prompts=row.min_distinct_prompts, max_rejects=row.max_rejects,
-                        min_reviewers=row.min_reviewers)
+def rule_row(rule: ApprovalRule, changed_by: str) -> ApprovalRuleVersion:
+    """A rule version's row: the rule's fields as one JSON column."""
+    return ApprovalRuleVersion(rule_json=canonical_json(rule.as_dict(), "approval_rule"), changed_by=changed_by,
+                               created_at=utc_now())

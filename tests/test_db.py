@@ -95,7 +95,7 @@ def test_migrated_schema_matches_models(store: Store) -> None:
         diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         current = MigrationContext.configure(conn).get_current_revision()
     assert diffs == []
-    assert current == ScriptDirectory.from_config(alembic_config()).get_current_head() == "0004"
+    assert current == ScriptDirectory.from_config(alembic_config()).get_current_head() == "0005"
 
 
 def test_migration_runs_standalone_and_downgrades(tmp_path: Path) -> None:
@@ -105,7 +105,7 @@ def test_migration_runs_standalone_and_downgrades(tmp_path: Path) -> None:
     config.set_main_option("sqlalchemy.url", f"sqlite:///{db_path}")
     command.upgrade(config, "head")
     with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0004"
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0005"
     command.downgrade(config, "base")
     with sqlite3.connect(db_path) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -124,7 +124,7 @@ def test_schema_comes_from_alembic_not_create_all(store: Store) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
     assert {"clips", "video_jobs", "configurations", "pairs", "verdicts", "alembic_version"} <= tables
-    assert version == "0004"
+    assert version == "0005"
 
 
 # ------------------------------------------------------------------------------------------------- clips
