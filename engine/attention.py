@@ -9,6 +9,11 @@ only (not the text refiner). Per call it asks the shared `AttentionRuntime` what
   is applied to the block's input and undone after the output projection (one narrow tensor each way).
 Under sequence parallelism (`runtime.parallel`, see engine/distributed.py) the block sees only this rank's rows; the
 Ulysses exchange turns them into every row of this rank's heads before the three cases above, and back after.
+
+The Sol-Attn gate (`runtime.sol_gate`, on only while a trajectory is recorded, engine/trajectory.py): every sparse
+call also runs dense attention on the same query, key and value (`sol_reference`) and records the relative error
+||sparse - dense|| / ||dense|| over the valid rows (`relative_error`); the dense output is discarded, so the clip is
+the same pixels. Off (the default) nothing extra runs.
 """
 
 from __future__ import annotations
@@ -49,15 +54,40 @@ class AttentionRuntime:
     dense_calls: int = 0
     parallel: HeadExchange | None = None  # set only under sequence parallelism
     sparse_backend: str | None = None  # the engine's block-sparse backend choice (None: the kernel's env/default)
+    sol_gate: bool = False  # measure every sparse call against dense attention on the same inputs (recording only)
+    sol_errors: list[float] = field(default_factory=list)  # this step's per-call relative errors (sol_gate on)
 
     def begin_step(self, step: int) -> None:
         self.step, self.sparse_calls, self.dense_calls = step, 0, 0
+        self.sol_errors = []
 
     def step_record(self) -> dict:
         record = {"sparse_blocks": self.sparse_calls, "dense_blocks": self.dense_calls}
         if self.sparse_calls and self.plan is not None and self.plan.tier.sparse is not None:
             record["keep_ratio"] = self.plan.tier.sparse.keep_ratio
+        if self.sol_errors:  # the Sol-Attn gate over this step's sparse calls
+            record["sol_error"] = {"calls": len(self.sol_errors), "max": max(self.sol_errors),
+                                   "mean": sum(self.sol_errors) / len(self.sol_errors)}
         return record
+
+
+def sol_reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, valid_length: int,
+                  backend=None, parallel_config=None) -> torch.Tensor:
+    """Dense attention on the sparse call's own `[B, S, H, D]` inputs (keys cut at the valid length, as the dense
+    path does): the Sol-Attn gate's reference. Called only with `AttentionRuntime.sol_gate` on."""
+    if valid_length < key.shape[1]:
+        key, value = key[:, :valid_length], value[:, :valid_length]
+    return dispatch_attention_fn(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                                 backend=backend, parallel_config=parallel_config)
+
+
+def relative_error(output: torch.Tensor, reference: torch.Tensor, valid_length: int) -> float:
+    """||output - reference|| / ||reference|| (Frobenius, in fp32) over the first `valid_length` rows of `[B, S, H, D]`
+    tensors (padded rows are zero in the sparse output and meaningless in the dense one); 0 when both are zero."""
+    output, reference = output[:, :valid_length].float(), reference[:, :valid_length].float()
+    scale = float(torch.linalg.vector_norm(reference))
+    difference = float(torch.linalg.vector_norm(output - reference))
+    return difference / scale if scale > 0 else (0.0 if difference == 0 else float("inf"))
 
 
 def tile_row_order(video_start: int, video_order: torch.Tensor,
@@ -103,6 +133,11 @@ class StudioAttnProcessor(MiniMaxH3AttnProcessor):
         if sparse is not None:
             hidden_states = self._sparse(query, key, value, sparse.keep_ratio, sparse.tile, tile_ordered)
             runtime.sparse_calls += 1
+            if runtime.sol_gate:  # rows of both in the same order (tile order or packed): the padding stays last
+                reference = sol_reference(query, key, value, runtime.valid_length, self._attention_backend,
+                                          self._parallel_config)
+                runtime.sol_errors.append(relative_error(hidden_states, reference, runtime.valid_length))
+                del reference
         else:
             valid = runtime.valid_length
             if valid < query.shape[1]:

@@ -306,7 +306,7 @@ class Engine(ModelFacts):
         with timer.stage("prepare_noise"):
             video_rows, audio_rows = prepare_noise(components, canvas, request.seed, conditions)
         recorder = TrajectoryRecorder(canvas, components.geometry) if record else None
-        with timer.stage("denoise"), self._installed(plan, canvas, layout, transformer) as control:
+        with timer.stage("denoise"), self._installed(plan, canvas, layout, transformer, sol_gate=record) as control:
             video_rows, audio_rows, step_records = denoise(
                 components, layout, prompt_embeds, video_rows, audio_rows, plan.steps, control, on_step, cancel,
                 transformer=transformer, observe=recorder.observe if recorder else None,
@@ -361,15 +361,16 @@ class Engine(ModelFacts):
         return report
 
     @contextlib.contextmanager
-    def _installed(self, plan: TierPlan, canvas, layout, transformer: torch.nn.Module):
+    def _installed(self, plan: TierPlan, canvas, layout, transformer: torch.nn.Module, sol_gate: bool = False):
         """Install the plan's techniques on the task's transformer for one denoise stage; always remove them, in
-        reverse order. Yields the `_TierControl` the denoise loop steps."""
+        reverse order. Yields the `_TierControl` the denoise loop steps. `sol_gate` (a recorded trajectory only):
+        measure every sparse attention call against dense attention on its inputs (engine/attention.py)."""
         active = [self.techniques[technique.name] for technique in registry.active(plan.tier)]
         runtime = None
         if any(t.attention for t in active) or layout.padded_length > layout.length or self.parallel is not None:
             runtime = AttentionRuntime(plan=plan, valid_length=layout.length, padded_length=layout.padded_length,
                                        video_start=layout.video_start, parallel=self.parallel,
-                                       sparse_backend=self.sparse_backend)
+                                       sparse_backend=self.sparse_backend, sol_gate=sol_gate)
         control = _TierControl(runtime)
         with contextlib.ExitStack() as stack:
             try:

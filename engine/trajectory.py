@@ -11,6 +11,13 @@ steps x channels x latent frames x cells x 2 bytes; `bytes_bound` states it befo
 a step, 12.7 MB for 50 steps). Nothing else is held: the recorder reads the loop's tensors and never writes them,
 so a clip is the same pixels with and without recording (tests/test_trajectory.py holds this).
 
+The Sol-Attn gate (issue 37 item 2): while a trajectory is recorded, every sparse attention call also runs dense
+attention on the same query, key and value and records ||sparse - dense|| / ||dense|| (engine/attention.py); each
+step's record carries `sol_error` {calls, max, mean} over its sparse calls (absent on steps without one), stored with
+the records in the npz. `sol_series` turns them into per-step series and their running sums over steps. Its cost:
+one dense attention per sparse call (a sparse tier's recorded run does the dense run's attention work on top of its
+own), and on a GPU one synchronisation per call to read the error; without recording it runs nowhere.
+
 The preview: a linear latent-to-RGB map (16 channels + bias -> RGB) fitted by least squares on the run's final x0
 against its decoded frames pooled to the same grid, applied to every step's pooled x0. Its fidelity against the VAE
 decode of the same x0 is measured in bench/trajectory_fidelity.py (BENCHMARKS.md); the final step is in-sample.
@@ -67,6 +74,11 @@ class Trajectory:
     def nbytes(self) -> int:
         return int(self.x0.nbytes)
 
+    @property
+    def sol_error(self) -> dict | None:
+        """The Sol-Attn gate's per-step series (`sol_series` of the records)."""
+        return sol_series(self.records)
+
     def previews(self, rgb_map: np.ndarray | None = None) -> np.ndarray:
         """uint8 (steps, F, gh, gw, 3): every step's x0 through a latent-to-RGB map (default: this run's own)."""
         rgb_map = self.rgb_map if rgb_map is None else rgb_map
@@ -94,6 +106,30 @@ class Trajectory:
             meta = json.loads(arrays["meta"].tobytes().decode())
             return cls(x0=arrays["x0"], t=meta["t"], records=meta["records"], techniques=meta["techniques"],
                        rgb_map=arrays["rgb_map"] if "rgb_map" in arrays else None, fit=meta["fit"])
+
+
+def sol_series(records: list[dict]) -> dict | None:
+    """The Sol-Attn gate over a run's step records: None when no step ran sparse attention; {"measured": False}
+    when sparse steps ran but carry no `sol_error` (recorded before the gate existed); else per step `max` and
+    `mean` of the relative error over the step's sparse calls (None on steps without one), `calls`, and the running
+    sums over steps `accumulated_max` and `accumulated_mean` (a step without sparse calls adds 0)."""
+    if not any(record.get("sparse_blocks") for record in records):
+        return None
+    errors = [record.get("sol_error") for record in records]
+    if not any(errors):
+        return {"measured": False}
+    series: dict = {"measured": True, "max": [], "mean": [], "calls": [], "accumulated_max": [],
+                    "accumulated_mean": []}
+    total_max = total_mean = 0.0
+    for error in errors:
+        series["calls"].append(int(error["calls"]) if error else 0)
+        series["max"].append(float(error["max"]) if error else None)
+        series["mean"].append(float(error["mean"]) if error else None)
+        total_max += float(error["max"]) if error else 0.0
+        total_mean += float(error["mean"]) if error else 0.0
+        series["accumulated_max"].append(total_max)
+        series["accumulated_mean"].append(total_mean)
+    return series
 
 
 def to_rgb(x0: np.ndarray, rgb_map: np.ndarray) -> np.ndarray:

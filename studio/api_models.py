@@ -228,7 +228,8 @@ class TrajectoryStep(_Body):
     background: float | None = None
     base: dict[str, Any] = Field(description="what the baseline's step did: attention dense|sparse|mixed, cache, "
                                              "techniques on at every step (always)")
-    candidate: dict[str, Any] = Field(description="what the candidate's step did (same keys)")
+    candidate: dict[str, Any] = Field(description="what the candidate's step did (same keys; sol_error {calls, max, "
+                                                  "mean}: the step's sparse calls against dense attention)")
 
 
 class TrajectoryObject(_Body):
@@ -249,6 +250,12 @@ class TrajectoryObject(_Body):
     aligned: str | None = Field(None, description="set when the runs' step counts differ: how they were aligned")
     runs: dict[str, Any]
     preview: dict[str, Any] = Field(description="the x0 preview map and its measured (in-sample) fidelity")
+    sol_gate: dict[str, Any] = Field(
+        description="per run (baseline, candidate): where sparse attention ran, the Sol-Attn gate - each step's "
+                    "relative error ||sparse - dense|| / ||dense|| of the attention output against dense attention "
+                    "on the same inputs, max and mean over the step's sparse calls (null on steps without one), "
+                    "calls, and the running sums accumulated_max / accumulated_mean; null for a run without sparse "
+                    "attention, {\"measured\": false} for one recorded before the gate")
 
 
 class PairList(_Page):

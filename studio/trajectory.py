@@ -11,6 +11,11 @@ latent frames, per step.
 For a pair (issue 37 item 1) `PairTrajectories` reads both runs' stored npz (beside their clips) and the baseline's
 frames and answers GET /v1/pairs/{id}/trajectory; runs of different step counts (turbo against a 50-step baseline)
 are compared at the candidate's timesteps, the baseline's x0 interpolated there (`align`).
+
+Where sparse attention ran, each run's Sol-Attn gate (engine/trajectory.py's `sol_series`: per step the relative
+error of the sparse attention output against dense attention on the same inputs, max and mean over the step's sparse
+calls, and their running sums) goes beside the divergence as `sol_gate`, and each step's marks carry its `sol_error`:
+a per-call error that stays small while the divergence climbs is the gap the per-call gate cannot see.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 
 from db.errors import Conflict, NotFound
 from engine.errors import RequestError
-from engine.trajectory import Trajectory, pool_video
+from engine.trajectory import Trajectory, pool_video, sol_series
 from studio.quality.analysis import analysis_factor
 from studio.quality.clipio import read_clip
 from studio.quality.subject import SubjectParams, subject_mask
@@ -48,7 +53,8 @@ def _relative(diff2: np.ndarray, base2: np.ndarray, weights: np.ndarray) -> floa
 
 def step_marks(record: dict, techniques: list[str]) -> dict:
     """What one step of one run did: attention "sparse", "dense" or "mixed" (blocks of each), the cache's word for
-    the step, and the techniques on at every step (the LoRA, fused ops, fp8)."""
+    the step, the techniques on at every step (the LoRA, fused ops, fp8), and where sparse calls were measured
+    against dense attention (a recorded run), the step's Sol-Attn error {calls, max, mean}."""
     marks: dict = {"always": [name for name in techniques if name not in ("sparse", "cache")]}
     sparse, dense = record.get("sparse_blocks", 0), record.get("dense_blocks", 0)
     if "sparse" in techniques:
@@ -56,6 +62,8 @@ def step_marks(record: dict, techniques: list[str]) -> dict:
         marks["sparse_blocks"], marks["dense_blocks"] = sparse, dense
     if "cache" in record:
         marks["cache"] = record["cache"]
+    if "sol_error" in record:
+        marks["sol_error"] = record["sol_error"]
     return marks
 
 
@@ -66,7 +74,8 @@ def compare_trajectories(base: Trajectory, cand: Trajectory, base_frames: np.nda
     `base_frames`: the baseline's finished uint8 frames, for the subject region (None: no subject figures);
     `weights`: that region already pooled (`subject_weights`), instead of the frames.
     Returns {"steps": [{step, t, overall, subject, background, base, candidate}], "heat": (steps, gh, gw) list,
-    "first_over": the first step whose subject (else overall) divergence exceeds `threshold`, or None, ...}."""
+    "first_over": the first step whose subject (else overall) divergence exceeds `threshold`, or None,
+    "sol_gate": {"baseline", "candidate"}: each run's `sol_series` (None: no sparse attention), ...}."""
     if base.x0.shape != cand.x0.shape:
         raise ValueError(f"trajectory: the runs differ in shape ({base.x0.shape} vs {cand.x0.shape}); a pair's two "
                          "runs share their request and step count")
@@ -93,7 +102,8 @@ def compare_trajectories(base: Trajectory, cand: Trajectory, base_frames: np.nda
     first = next((row["step"] for row in rows if (row.get(key) or 0.0) > threshold), None)
     return {"steps": rows, "heat": heat.round(5).tolist(), "grid": list(grid), "latent_frames": latent_frames,
             "threshold": threshold, "measure": key, "first_over": first,
-            "subject_cells": float(weights.sum()) if weights is not None else None}
+            "subject_cells": float(weights.sum()) if weights is not None else None,
+            "sol_gate": {"baseline": sol_series(base.records), "candidate": sol_series(cand.records)}}
 
 
 def align(base: Trajectory, cand: Trajectory) -> tuple[Trajectory, str | None]:
@@ -192,6 +202,9 @@ class PairTrajectories:
                 return self._results[key]
         aligned, note = align(base, cand)
         result = compare_trajectories(aligned, cand, threshold=threshold, weights=weights)
+        if note is not None and (own := sol_series(base.records)) is not None:  # over its own steps, not aligned
+            result["sol_gate"] = {**result["sol_gate"], "baseline": own,
+                                  "baseline_steps": f"the baseline's own {base.steps} steps (not aligned)"}
         result.update(
             object="pair.trajectory", pair_id=pair.id, aligned=note,
             runs={role: {"steps": run.steps, "techniques": run.techniques, "preview_fit": run.fit,

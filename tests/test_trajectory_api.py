@@ -119,6 +119,37 @@ def test_the_divergence_is_served_per_step_with_markers_and_the_previews_fidelit
     high = client.get(f"/v1/pairs/{pair['id']}/trajectory", params={"threshold": 10}).json()
     assert high["first_over"] is None and high["threshold"] == 10
 
+    assert body["sol_gate"] == {"baseline": None, "candidate": None}  # neither run ran sparse attention
+
+
+def test_a_sparse_pair_serves_its_sol_attn_gate_beside_the_divergence(studio, recorded):
+    """`sol` at 20 steps (the cache's least): steps 0-9 dense, 10-19 sparse on every block but the first unless the
+    first-block cache skips them."""
+    from studio.ui.trajectory import trajectory_step_outputs
+
+    client, service, _, _ = studio
+    body = {**PAIR, "tier": "sol", "steps": 20, "baseline_steps": 20, "trajectory": True}
+    posted = client.post("/v1/pairs", json=body)
+    assert posted.status_code == 200, posted.text
+    pair = wait_for(client, posted.json()["id"])
+    assert pair["status"] == "completed", pair
+    answer = client.get(f"/v1/pairs/{pair['id']}/trajectory").json()
+    gate, rows = answer["sol_gate"], answer["steps"]
+    assert gate["baseline"] is None and gate["candidate"]["measured"] is True
+    sparse = [row["step"] for row in rows if row["candidate"]["sparse_blocks"]]
+    assert sparse and sparse[-1] == 19 and min(sparse) >= 10  # the last step is never a cache hit
+    for row in rows:
+        worst = gate["candidate"]["max"][row["step"]]
+        assert (worst is not None) == (row["step"] in sparse)
+        assert (row["candidate"].get("sol_error") is not None) == (row["step"] in sparse)
+        if worst is not None:
+            assert 0 < worst < 2 and row["candidate"]["sol_error"]["max"] == worst
+            assert row["candidate"]["sol_error"]["calls"] == row["candidate"]["sparse_blocks"]
+    assert gate["candidate"]["accumulated_max"][9] == 0 and gate["candidate"]["accumulated_max"][19] == \
+        pytest.approx(sum(gate["candidate"]["max"][step] for step in sparse))
+    text = trajectory_step_outputs(service, pair["id"], 19, 0)[3]
+    assert "Sol-Attn gate" in text and "accumulated over steps 0-19" in text
+
 
 def test_refusals_name_their_cause(studio, recorded):
     client, service, engine, data_dir = studio

@@ -131,3 +131,32 @@ def test_pairs_kept_in_memory_are_bounded_in_bytes(tmp_path):
     with pytest.raises(Exception, match="is in_progress") as refused:
         kept.load(pairs[0])
     assert refused.value.field == "status"
+
+
+def test_the_sol_attn_gate_is_plotted_and_told_beside_the_divergence():
+    base, cand = runs()
+    gated = [dict(record) for record in CANDIDATE_RECORDS]
+    gated[2]["sol_error"] = {"calls": 3, "max": 0.02, "mean": 0.01}
+    gated[3]["sol_error"] = {"calls": 4, "max": 0.03, "mean": 0.02}
+    cand = Trajectory(x0=cand.x0, t=cand.t, records=gated, techniques=cand.techniques, rgb_map=cand.rgb_map)
+    result = compare_trajectories(base, cand, threshold=0.05)
+    assert result["sol_gate"]["baseline"] is None
+    assert result["sol_gate"]["candidate"]["accumulated_max"] == pytest.approx([0, 0, 0.02, 0.05])
+    result.update(preview={"psnr_db": 30.0}, aligned=None, runs={"baseline": {}, "candidate": {}})
+    data = trajectory_data(result, base, cand)
+    text = step_view(data, 3)["html"]
+    assert "at this step 4 sparse calls, worst 0.03, mean 0.02" in text
+    assert "accumulated over steps 0-3: max 0.05, mean 0.03" in text
+    assert "no sparse call at this step" in step_view(data, 1)["html"]
+    figure = divergence_figure(result)
+    gate_axis = figure.axes[1]  # the right axis
+    worst = next(line for line in gate_axis.lines if line.get_label().startswith("Sol-Attn error, worst"))
+    assert np.isnan(worst.get_ydata()[:2]).all() and list(worst.get_ydata()[2:]) == [0.02, 0.03]
+    summed = next(line for line in gate_axis.lines if "accumulated" in line.get_label())
+    assert list(summed.get_ydata()) == pytest.approx([0, 0, 0.02, 0.05])
+    assert "Sol-Attn error accumulated (sum over steps)" in [t.get_text() for t in figure.axes[0].get_legend().texts]
+    ungated = compare_trajectories(*runs(), threshold=0.05)  # sparse steps recorded before the gate
+    assert ungated["sol_gate"]["candidate"] == {"measured": False}
+    ungated.update(preview={"psnr_db": 30.0}, aligned=None, runs={"baseline": {}, "candidate": {}})
+    assert "not measured" in step_view(trajectory_data(ungated, *runs()), 2)["html"]
+    assert len(divergence_figure(ungated).axes) == 1

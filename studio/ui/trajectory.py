@@ -3,7 +3,10 @@
 A step slider shows both runs' x0 previews at that step side by side with the divergence heat map, and the
 divergence-per-step plot (overall and on the baseline's subject) marks what each step of the accelerated run did:
 dense, sparse or mixed attention, a cache hit, the LoRA. A button jumps to the first step whose subject-region
-divergence (overall when the baseline has no subject) crosses the threshold.
+divergence (overall when the baseline has no subject) crosses the threshold. Where the accelerated run ran sparse
+attention, the plot's right axis carries its Sol-Attn gate (each step's worst per-call relative error of the sparse
+output against dense attention on the same inputs, and its running sum), and the step's words give both figures:
+small per-call errors under a rising divergence are what the per-call gate cannot see.
 
 The previews are the recorded pooled x0 through one linear latent-to-RGB map (the baseline's, fitted on its final
 x0), so both sides differ only where x0 differs; the map's fidelity is shown with them: its in-sample PSNR on the
@@ -104,8 +107,25 @@ def _number(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
+def sol_text(result: dict[str, Any], step: int) -> str:
+    """The accelerated run's Sol-Attn gate at a step, in words ("" when it ran no sparse attention)."""
+    series = (result.get("sol_gate") or {}).get("candidate")
+    if series is None:
+        return ""
+    if not series.get("measured"):
+        return "Sol-Attn gate: not measured (recorded before the gate)"
+    accumulated = (f"accumulated over steps 0-{step}: max {series['accumulated_max'][step]:.4g}, "
+                   f"mean {series['accumulated_mean'][step]:.4g}")
+    if series["max"][step] is None:
+        return f"Sol-Attn gate: no sparse call at this step · {accumulated}"
+    return (f"Sol-Attn gate (sparse vs dense attention on the same inputs, relative error): at this step "
+            f"{series['calls'][step]} sparse calls, worst {series['max'][step]:.4g}, mean {series['mean'][step]:.4g}"
+            f" · {accumulated}")
+
+
 def step_html(data: TrajectoryData, step: int) -> str:
-    """The step's figures and what each run did there, and the preview's measured fidelity."""
+    """The step's figures and what each run did there, the accelerated run's Sol-Attn gate, and the preview's
+    measured fidelity."""
     result = data.result
     row = result["steps"][step]
     measure = result["measure"]
@@ -120,11 +140,13 @@ def step_html(data: TrajectoryData, step: int) -> str:
                 "(not measured at earlier steps)") if preview.get("psnr_db") is not None else \
         "Previews: fidelity not measured"
     aligned = f"<br><small>{html.escape(result['aligned'])}</small>" if result.get("aligned") else ""
+    gate = sol_text(result, step)
+    gate = f"<br>{html.escape(gate)}" if gate else ""
     return (f"<p>Step {step} of {data.steps - 1} (t = {row['t']:.3f}): divergence overall "
             f"{_number(row['overall'])}, on the subject {_number(row.get('subject'))}, background "
             f"{_number(row.get('background'))}{flag} · {first_text} ({measure})<br>"
             f"Baseline: {html.escape(_words(row['base']))} · Accelerated: {html.escape(_words(row['candidate']))}"
-            f"<br><small>{html.escape(fidelity)}</small>{aligned}</p>")
+            f"{gate}<br><small>{html.escape(fidelity)}</small>{aligned}</p>")
 
 
 def marker_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -138,7 +160,9 @@ def marker_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 def divergence_figure(result: dict[str, Any], step: int | None = None):
     """Divergence per step (overall, subject) with the threshold, the current step, the first step over the
     threshold, and the accelerated run's technique markers: sparse (red) and mixed (orange) attention steps shaded,
-    cache hits as ×, the LoRA named when it runs at every step."""
+    cache hits as ×, the LoRA named when it runs at every step. Where the accelerated run's sparse calls were
+    measured against dense attention, a right axis carries its Sol-Attn gate: each step's worst call (dots) and the
+    running sum of those (dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -174,7 +198,19 @@ def divergence_figure(result: dict[str, Any], step: int | None = None):
     axis.set_title(title + (f" · every step: {', '.join(always)}" if always else ""), fontsize=9)
     axis.set_xlabel("denoising step")
     axis.set_ylabel("relative RMS of x0")
-    axis.legend(fontsize=7, loc="upper left", ncol=3)
+    handles, labels = axis.get_legend_handles_labels()
+    series = (result.get("sol_gate") or {}).get("candidate")
+    if series and series.get("measured") and len(series["max"]) == len(steps):
+        gate_axis = axis.twinx()
+        gate_axis.plot(steps, [np.nan if v is None else v for v in series["max"]], "o", color="tab:brown",
+                       markersize=3, label="Sol-Attn error, worst call of the step")
+        gate_axis.plot(steps, series["accumulated_max"], "--", color="tab:brown", linewidth=1,
+                       label="Sol-Attn error accumulated (sum over steps)")
+        gate_axis.set_ylabel("sparse vs dense attention, relative error", fontsize=8, color="tab:brown")
+        gate_axis.set_ylim(bottom=0)
+        more_handles, more_labels = gate_axis.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    axis.legend(handles, labels, fontsize=7, loc="upper left", ncol=3)
     figure.tight_layout()
     plt.close(figure)
     return figure

@@ -1,0 +1,122 @@
+"""Issue 37 item 2: the Sol-Attn gate in a recorded trajectory. While a trajectory is recorded, every sparse attention
+call is also run dense on the same inputs and its relative error recorded per step (engine/attention.py); off, no
+dense reference runs and no pixel changes. Nano requests of 3 steps at the 64x32 canvas (step 0 dense, steps 1-2
+sparse on every block but the first), seeded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import engine.attention as attention
+from engine.tiers import with_knobs
+from engine.trajectory import Trajectory, sol_series
+from studio.trajectory import compare_trajectories
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+REQUEST = {"prompt": "a red kite over a beach", "seed": 21, "steps": 3, "duration_seconds": 5, "short_edge": 32,
+           "force": True}  # below 14 s with one dense step the tier table refuses sparse tiers unless forced
+KNOBS = {"sparse.dense_first_steps": 1, "sparse.dense_first_blocks": 1, "cache": False}
+TIERS = {"gate-exact": {**KNOBS, "sparse.keep_ratio": 1.0}, "gate-aggressive": {**KNOBS, "sparse.keep_ratio": 0.02}}
+
+
+@pytest.fixture(scope="module")
+def engine(nano_engine):
+    """The nano engine with two sparse tiers added for this module (removed after)."""
+    for name, knobs in TIERS.items():
+        nano_engine.tiers.add(with_knobs(nano_engine.tiers.get("sol"), knobs, name=name))
+    yield nano_engine
+    for name in TIERS:
+        nano_engine.tiers.tiers.pop(name)
+
+
+class Spy:
+    """Counts calls of engine.attention.sol_reference (the gate's dense reference) and passes them through."""
+
+    def __init__(self, monkeypatch):
+        self.calls, self._real = 0, attention.sol_reference
+        monkeypatch.setattr(attention, "sol_reference", self)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self._real(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def aggressive(engine):
+    return engine.generate({**REQUEST, "tier": "gate-aggressive"}, trajectory=True)
+
+
+def test_keep_ratio_one_is_dense_up_to_rounding(engine):
+    clip = engine.generate({**REQUEST, "tier": "gate-exact"}, trajectory=True)
+    records = clip.trajectory.records
+    assert "sol_error" not in records[0] and records[0]["sparse_blocks"] == 0  # the dense first step
+    for record in records[1:]:
+        gate = record["sol_error"]
+        assert gate["calls"] == record["sparse_blocks"] == engine.num_blocks - 1
+        assert 0 <= gate["mean"] <= gate["max"] < 1e-5  # fp32 on the CPU: rounding only (measured ~3e-7)
+
+
+def test_an_aggressive_keep_ratio_errs_exactly_on_the_sparse_steps(aggressive, engine):
+    records = aggressive.trajectory.records
+    assert [bool(r["sparse_blocks"]) for r in records] == [False, True, True]
+    assert "sol_error" not in records[0]
+    for record in records[1:]:
+        assert record["sol_error"]["calls"] == record["sparse_blocks"] == engine.num_blocks - 1
+        assert 0.01 < record["sol_error"]["mean"] <= record["sol_error"]["max"] < 2
+    series = aggressive.trajectory.sol_error
+    assert series["measured"] and series["calls"] == [0, engine.num_blocks - 1, engine.num_blocks - 1]
+    assert series["max"][0] is None and series["mean"][0] is None
+    assert series["accumulated_max"] == pytest.approx([0.0, series["max"][1], series["max"][1] + series["max"][2]])
+    assert series["accumulated_mean"][2] == pytest.approx(series["mean"][1] + series["mean"][2])
+    stored = Trajectory.from_npz(aggressive.trajectory.to_npz())  # kept in the npz with the step records
+    assert stored.sol_error == series and stored.records[1]["sol_error"] == records[1]["sol_error"]
+    assert "sol_error" in aggressive.steps[1]  # and in the clip's own step records
+
+
+def test_recording_off_computes_no_dense_reference_and_changes_no_pixel(aggressive, engine, monkeypatch):
+    spy = Spy(monkeypatch)
+    plain = engine.generate({**REQUEST, "tier": "gate-aggressive"})
+    assert spy.calls == 0 and plain.trajectory is None
+    assert all("sol_error" not in record for record in plain.steps)
+    assert np.array_equal(plain.frames, aggressive.frames) and np.array_equal(plain.audio, aggressive.audio)
+    recorded = engine.generate({**REQUEST, "tier": "gate-aggressive"}, trajectory=True)
+    assert spy.calls == sum(record["sparse_blocks"] for record in recorded.steps) == 2 * (engine.num_blocks - 1)
+    assert np.array_equal(recorded.frames, plain.frames)
+    dense = engine.generate({**REQUEST, "tier": "baseline"}, trajectory=True)  # no sparse call, nothing to measure
+    assert spy.calls == 2 * (engine.num_blocks - 1) and dense.trajectory.sol_error is None
+
+
+def test_the_divergence_carries_each_runs_gate(aggressive, engine):
+    base = engine.generate({k: v for k, v in REQUEST.items() if k != "force"} | {"tier": "baseline"},
+                           trajectory=True)
+    result = compare_trajectories(base.trajectory, aggressive.trajectory, base.frames)
+    assert result["sol_gate"]["baseline"] is None
+    assert result["sol_gate"]["candidate"] == aggressive.trajectory.sol_error
+    rows = result["steps"]
+    assert "sol_error" not in rows[0]["candidate"] and rows[1]["candidate"]["sol_error"]["max"] > 0.01
+    assert rows[0]["overall"] == 0.0  # the dense step 0 is the baseline's
+    assert rows[1]["overall"] > 0  # the first sparse step's velocity is in its own x0
+
+
+def test_relative_error_counts_valid_rows_only():
+    reference = torch.ones(1, 4, 2, 3)
+    output = reference.clone()
+    output[:, 3] = 100.0  # a padded row: not compared
+    assert attention.relative_error(output, reference, 3) == 0.0
+    output[:, 0] = 0.0
+    assert attention.relative_error(output, reference, 3) == pytest.approx(np.sqrt(6 / 18))
+    assert attention.relative_error(torch.zeros(1, 2, 1, 1), torch.zeros(1, 2, 1, 1), 2) == 0.0
+
+
+def test_sol_series_says_none_unmeasured_or_accumulates():
+    assert sol_series([{"sparse_blocks": 0, "dense_blocks": 6}, {}]) is None  # no sparse attention ran
+    assert sol_series([{"sparse_blocks": 5}]) == {"measured": False}  # recorded before the gate
+    series = sol_series([{"sparse_blocks": 5, "sol_error": {"calls": 5, "max": 0.2, "mean": 0.1}},
+                         {"sparse_blocks": 0},
+                         {"sparse_blocks": 2, "sol_error": {"calls": 2, "max": 0.4, "mean": 0.3}}])
+    assert series["max"] == [0.2, None, 0.4] and series["calls"] == [5, 0, 2]
+    assert series["accumulated_max"] == pytest.approx([0.2, 0.2, 0.6])
+    assert series["accumulated_mean"] == pytest.approx([0.1, 0.1, 0.4])
