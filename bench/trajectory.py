@@ -14,7 +14,12 @@ is in-sample and the others are not.
 
 "sparse-aggressive" is sol with keep ratio 0.02 (the knob's floor), no dense first steps or blocks and the cache
 off: sparse attention alone, from the first step (run with force: below 14 s the tier table refuses it for
-ghosting, which is what this measures). The JSON is rewritten after each prompt.
+ghosting, which is what this measures). "sparse-aggressive-d10" is the same with sol's 10 dense first steps, and
+"sparse-aggressive-b2" with 2 dense first blocks at every step: what the first dense steps or blocks change. Every
+recorded sparse step also carries the Sol-Attn gate (engine/attention.py: each sparse call against dense attention
+on the same inputs); per pair the JSON keeps its per-step worst and mean call and their running sums, and at the
+first step over the threshold the sum so far. The JSON is rewritten after each prompt (`prompts_done` of
+`prompts_asked`).
 """
 
 from __future__ import annotations
@@ -49,11 +54,15 @@ PROMPTS = (
 )
 AGGRESSIVE = {"sparse.keep_ratio": 0.02, "sparse.dense_first_steps": 0, "sparse.dense_first_blocks": 0,
               "cache": False}
+VARIANTS = {"sparse-aggressive": AGGRESSIVE,
+            "sparse-aggressive-d10": {**AGGRESSIVE, "sparse.dense_first_steps": 10},
+            "sparse-aggressive-b2": {**AGGRESSIVE, "sparse.dense_first_blocks": 2}}
 
 
 def add_aggressive(engine: Engine) -> None:
-    if "sparse-aggressive" not in engine.tiers.tiers:
-        engine.tiers.add(with_knobs(engine.tiers.get("sol"), AGGRESSIVE, name="sparse-aggressive"))
+    for name, knobs in VARIANTS.items():
+        if name not in engine.tiers.tiers:
+            engine.tiers.add(with_knobs(engine.tiers.get("sol"), knobs, name=name))
 
 
 def preview_fidelity(engine: Engine, trajectory) -> list[dict]:
@@ -72,22 +81,30 @@ def preview_fidelity(engine: Engine, trajectory) -> list[dict]:
 
 
 def first_rise(result: dict) -> dict:
-    """The first step over the threshold and what the candidate did there."""
+    """The first step over the threshold, what the candidate did there and its Sol-Attn error summed so far."""
     step = result["first_over"]
     if step is None:
         return {"step": None}
     row = result["steps"][step]
-    return {"step": step, "t": row["t"], "subject": row.get("subject"), "overall": row["overall"],
+    rise = {"step": step, "t": row["t"], "subject": row.get("subject"), "overall": row["overall"],
             "candidate": row["candidate"]}
+    gate = result["sol_gate"]["candidate"]
+    if gate and gate.get("measured"):
+        rise.update(sol_accumulated_max=gate["accumulated_max"][step],
+                    sol_accumulated_mean=gate["accumulated_mean"][step], sol_step_max=gate["max"][step],
+                    sparse_steps_so_far=sum(1 for calls in gate["calls"][:step + 1] if calls))
+    return rise
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiers", default="sol,sparse-aggressive")
+    parser.add_argument("--tiers", default="sol,sparse-aggressive",
+                        help="comma-separated; besides the table's tiers: " + ", ".join(VARIANTS))
     parser.add_argument("--prompts", type=int, default=10, help=f"how many of the {len(PROMPTS)} built-in prompts")
     parser.add_argument("--prompt", help="one pair's prompt instead of the built-in ones")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--short-edge", type=int, default=64)
+    parser.add_argument("--steps", type=int, help="denoising steps of every run (default: each tier's own)")
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
     parser.add_argument("--fidelity", action="store_true", help="VAE-decode every baseline step (slower)")
     parser.add_argument("--threads", type=int, default=1)
@@ -102,10 +119,12 @@ def main(argv=None) -> None:
     prompts = [args.prompt] if args.prompt else list(PROMPTS[:args.prompts])
     out = {"command": "python -m bench.trajectory " + " ".join(argv or __import__("sys").argv[1:]),
            "date": time.strftime("%Y-%m-%d"), "device": str(engine.components.device), "seed": args.seed,
-           "short_edge": args.short_edge, "threshold": args.threshold, "tiers": tiers, "pairs": [],
-           "fidelity": []}
+           "short_edge": args.short_edge, "steps": args.steps, "threshold": args.threshold, "tiers": tiers, "pairs": [],
+           "fidelity": [], "prompts_asked": len(prompts), "prompts_done": 0}
     for prompt in prompts:
         request = {"prompt": prompt, "seed": args.seed, "duration_seconds": 5, "short_edge": args.short_edge}
+        if args.steps:
+            request["steps"] = args.steps
         base = engine.generate({**request, "tier": "baseline"}, trajectory=True)
         if args.fidelity:
             out["fidelity"].append({"prompt": prompt, "fit": base.trajectory.fit,
@@ -120,8 +139,10 @@ def main(argv=None) -> None:
                 "overall": [row["overall"] for row in result["steps"]],
                 "attention": [row["candidate"].get("attention") for row in result["steps"]],
                 "cache": [row["candidate"].get("cache") for row in result["steps"]],
+                "sol_gate": result["sol_gate"]["candidate"],
             })
             print(prompt, name, out["pairs"][-1]["first_over"], flush=True)
+        out["prompts_done"] += 1
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 

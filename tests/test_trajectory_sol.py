@@ -120,3 +120,27 @@ def test_sol_series_says_none_unmeasured_or_accumulates():
     assert series["max"] == [0.2, None, 0.4] and series["calls"] == [5, 0, 2]
     assert series["accumulated_max"] == pytest.approx([0.2, 0.2, 0.6])
     assert series["accumulated_mean"] == pytest.approx([0.1, 0.1, 0.4])
+
+
+def test_the_bench_keeps_the_gate_and_its_sum_at_the_first_rise(nano_engine, monkeypatch, tmp_path):
+    import json
+
+    import bench.trajectory as bench
+
+    monkeypatch.setattr(bench.Engine, "load", classmethod(lambda cls: nano_engine))
+    out = tmp_path / "trajectory.json"
+    try:
+        bench.main(["--prompt", REQUEST["prompt"], "--steps", "3", "--short-edge", "32", "--threshold", "0.01",
+                    "--tiers", "sparse-aggressive,sparse-aggressive-d10", "--out", str(out)])
+    finally:
+        for name in bench.VARIANTS:
+            nano_engine.tiers.tiers.pop(name, None)
+    saved = json.loads(out.read_text())
+    assert saved["prompts_done"] == saved["prompts_asked"] == 1 and saved["steps"] == 3
+    aggressive, dense10 = saved["pairs"]
+    gate = aggressive["sol_gate"]
+    assert aggressive["attention"] == ["sparse"] * 3 and gate["calls"] == [nano_engine.num_blocks] * 3
+    rise = aggressive["first_over"]
+    assert rise["step"] == 0 and rise["sol_accumulated_max"] == gate["accumulated_max"][0] == gate["max"][0] > 0.01
+    assert rise["sparse_steps_so_far"] == 1
+    assert dense10["sol_gate"] is None and dense10["first_over"]["step"] is None  # 3 steps, all 10 dense: the baseline
