@@ -144,3 +144,25 @@ def test_the_bench_keeps_the_gate_and_its_sum_at_the_first_rise(nano_engine, mon
     assert rise["step"] == 0 and rise["sol_accumulated_max"] == gate["accumulated_max"][0] == gate["max"][0] > 0.01
     assert rise["sparse_steps_so_far"] == 1
     assert dense10["sol_gate"] is None and dense10["first_over"]["step"] is None  # 3 steps, all 10 dense: the baseline
+
+
+def test_the_report_tells_a_passing_cache_hit_from_parting_for_good(tmp_path):
+    from bench.trajectory_report import plot, summarize, sustained
+
+    assert sustained([0.0, 0.1, 0.0, 0.2, 0.3], 0.05) == 3 and sustained([0.1, None], 0.05) is None
+    sparse_steps = [{"sparse_blocks": 5, "sol_error": {"calls": 5, "max": m, "mean": m / 2}} for m in (0.1, 0.2)]
+    gate = sol_series([{"sparse_blocks": 0}] * 3 + sparse_steps)
+    pair = {"prompt": "p", "tier": "t", "measure": "subject", "first_over": {"step": 1},
+            "subject": [0.0, 0.08, 0.01, 0.3, 0.4], "overall": [0.0] * 5,
+            "attention": ["dense", "dense", "dense", "sparse", "sparse"], "cache": [None, "hit", "miss", None, None],
+            "sol_gate": gate}
+    data = {"threshold": 0.05, "tiers": ["t", "absent"], "pairs": [pair], "prompts_done": 1}
+    summary = summarize(data)
+    row = summary["rows"][0]
+    assert (row["first_over"], row["first_over_what"]) == (1, "dense + cache hit")
+    assert (row["for_good"], row["for_good_what"], row["first_sparse_step"]) == (3, "sparse", 3)
+    assert row["for_good_sol_accumulated_max"] == pytest.approx(0.1) and row["first_over_sol_accumulated_max"] == 0
+    assert row["sol_accumulated_final"] == pytest.approx(0.3) and row["sol_call_max"] == 0.2
+    assert list(summary["tiers"]) == ["t"] and summary["tiers"]["t"]["for_good_what"] == {"sparse": 1}
+    plot(data, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 1000
