@@ -109,6 +109,10 @@ def test_relative_error_counts_valid_rows_only():
     output[:, 0] = 0.0
     assert attention.relative_error(output, reference, 3) == pytest.approx(np.sqrt(6 / 18))
     assert attention.relative_error(torch.zeros(1, 2, 1, 1), torch.zeros(1, 2, 1, 1), 2) == 0.0
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, 37, 3, 4, generator=generator), torch.randn(2, 37, 3, 4, generator=generator)
+    whole = float(torch.linalg.vector_norm(a[:, :30] - b[:, :30]) / torch.linalg.vector_norm(b[:, :30]))
+    assert attention.relative_error(a, b, 30, chunk=7) == pytest.approx(whole, rel=1e-6)  # chunks add up
 
 
 def test_sol_series_says_none_unmeasured_or_accumulates():
