@@ -78,7 +78,7 @@ class ApprovalRule:
         help="accepted by at least this many distinct reviewers", short="reviewers")
     max_rejects: int = criterion(
         0, minimum=0, maximum=100_000, label="standing rejects", measure="rejects", at_most=True,
-        help="at most this many standing rejects (0: none)", short="rejects")
+        help="at most this many standing rejects; 0: none", short="rejects")
 
     @classmethod
     def criteria(cls) -> tuple[Criterion, ...]:

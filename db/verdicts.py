@@ -108,9 +108,14 @@ class ReviewStore:
         row = session.scalar(select(ApprovalRuleVersion).order_by(ApprovalRuleVersion.seq.desc()))
         return (self.default_approval_rule, 0) if row is None else (self._rule_of(row), row.seq)
 
+    @property
+    def rule_class(self) -> type[ApprovalRule]:
+        """The class of this store's rules: ApprovalRule, or a subclass adding criteria (db/rule.py)."""
+        return type(self.default_approval_rule)
+
     def _rule_of(self, row: ApprovalRuleVersion) -> ApprovalRule:
-        """A stored version read as this store's rule class (a subclass may add criteria; db/rule.py)."""
-        return type(self.default_approval_rule).from_stored(json.loads(row.rule_json))
+        """A stored version read as this store's rule class."""
+        return self.rule_class.from_stored(json.loads(row.rule_json))
 
     def set_approval_rule(self, rule: ApprovalRule, changed_by: str) -> ApprovalRule:
         """Store a new approval rule (every earlier one stays in ``approval_rule_history``)."""

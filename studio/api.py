@@ -45,8 +45,6 @@ from db.errors import (
 from engine.errors import RequestError
 from engine.request import validate_prompt
 from studio.api_models import (
-    ApprovalRuleObject,
-    ApprovalRuleWithHistory,
     ConfigurationList,
     ConfigurationObject,
     PairList,
@@ -62,6 +60,7 @@ from studio.api_models import (
     VideoList,
     VideoObject,
 )
+from studio.api_rule import add_rule_routes
 from studio.auth import Accounts
 from studio.blind import disguised
 from studio.guard import RequestGuard, basic_credentials, public_health
@@ -209,18 +208,6 @@ class CampaignCreate(BaseModel):
     force: bool | None = None
     steps: int | None = None
     baseline_steps: int | None = None
-
-
-class RuleUpdate(BaseModel):
-    """Admin only: the approval rule's fields to change."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    # Each has an upper bound (ApprovalRule.BOUNDS): 2^63 or 10^30 gets a 400 naming the field (issue 42).
-    min_distinct_prompts: int | None = None
-    min_reviewers: int | None = None
-    max_rejects: int | None = None
-    version: int | None = Field(None, description="the rule version you read (GET /v1/approval-rule): when another "
-                                                  "admin changed the rule since, 409 naming version")
 
 
 class ExportCreate(BaseModel):
@@ -681,18 +668,7 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
                 "left_for_reviewer": progress["left_for_reviewer"], "items": progress["items"],
                 "pairs": progress["pairs"]}
 
-    @router.get("/approval-rule", tags=["review"], summary="The approval rule and every earlier one",
-                response_model=ApprovalRuleWithHistory)
-    def approval_rule() -> dict[str, Any]:
-        rule, version = service.store.approval_rule_version()
-        return {**rule.as_dict(), "version": version, "history": service.store.approval_rule_history()}
-
-    @router.put("/approval-rule", tags=["review"], summary="Admin only: change the approval rule",
-                response_model=ApprovalRuleObject)
-    def set_approval_rule(body: RuleUpdate, user: str | None = Depends(current_user)) -> dict[str, Any]:
-        fields = body.model_dump(exclude_none=True, exclude={"version"})
-        rule, version = service.set_approval_rule(fields, _actor(accounts, user), body.version)
-        return {**rule.as_dict(), "version": version}
+    add_rule_routes(router, service, current_user, lambda user: _actor(accounts, user))
 
     # --------------------------------------------------------------------- review, tiers, export
 

@@ -9,10 +9,12 @@ would rewrite "+00:00" as "Z"), and every number is what the service computed.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from db.rule import ApprovalRule, Criterion
 from studio.quality.summary import AudioSummary, FrameMetrics
 
 __all__ = [
@@ -265,16 +267,40 @@ class PairList(_Page):
 # ------------------------------------------------------------------------------- review, tiers, queue
 
 
-class ApprovalRuleObject(_Body):
-    min_distinct_prompts: int
-    max_rejects: int
-    min_reviewers: int
-    version: int | None = Field(None, description="how many rules admins have set (0: the default applies); send it "
-                                                  "back with a change to refuse it if someone changed the rule since")
+def _criterion_field(criterion: Criterion, default: Any = ...) -> Any:
+    """A rule criterion as a pydantic field: its label, help and bounds (in the schema; the rule checks them, so an
+    out-of-range value gets the rule's 400 naming the field, after the admin check, on every path alike)."""
+    bounds = f"{criterion.minimum}..{criterion.maximum}"
+    return Field(default, title=criterion.label, description=f"{criterion.help} ({bounds})",
+                 json_schema_extra={"minimum": criterion.minimum, "maximum": criterion.maximum})
 
 
-class ApprovalRuleWithHistory(ApprovalRuleObject):
-    history: list[dict[str, Any]] = Field(description="every rule an admin set, oldest first")
+@functools.cache
+def rule_models(rule_class: type[ApprovalRule]) -> tuple[type[BaseModel], type[BaseModel], type[BaseModel]]:
+    """The REST models of a rule class, built from its criteria (db/rule.py): (the rule with its version, the same
+    with its history, the PUT body of the fields to change). ApprovalRule's are named ApprovalRuleObject,
+    ApprovalRuleWithHistory and RuleUpdate."""
+    criteria = rule_class.criteria()
+    prefix = "" if rule_class is ApprovalRule else rule_class.__name__
+    version = Field(None, description="how many rules admins have set (0: the default applies); send it back with a "
+                                      "change to refuse it if someone changed the rule since")
+    rule_object = create_model(
+        f"{prefix or 'ApprovalRule'}Object", __base__=_Body,
+        __doc__=f"The approval rule ({rule_class.__name__}, db/rule.py) and its version.",
+        **{c.name: (c.type, _criterion_field(c)) for c in criteria}, version=(int | None, version))
+    with_history = create_model(
+        f"{prefix or 'ApprovalRule'}WithHistory", __base__=rule_object,
+        history=(list[dict[str, Any]], Field(description="every rule an admin set, oldest first")))
+    update = create_model(
+        f"{prefix}RuleUpdate", __config__=ConfigDict(extra="forbid", strict=True),
+        __doc__="Admin only: the approval rule's fields to change (omitted ones keep their value).",
+        **{c.name: (c.type | None, _criterion_field(c, None)) for c in criteria},
+        version=(int | None, Field(None, description="the rule version you read (GET /v1/approval-rule): when another "
+                                                     "admin changed the rule since, 409 naming version")))
+    return rule_object, with_history, update
+
+
+ApprovalRuleObject, ApprovalRuleWithHistory, RuleUpdate = rule_models(ApprovalRule)
 
 
 class ConfigurationObject(_Body):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import textwrap
 import zipfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from db.files import atomic_writer, clip_relpath, read_only_reported
 from db.inputs import EXTENSIONS, InputFiles
 from db.keys import sha256_hex
 from db.records import ClipRecord, PairRecord, VerdictRecord
+from db.rule import ApprovalRule
 from db.store import Store
 from studio.public_text import hide_paths
 from studio.quality.summary import QualitySummary, SummaryError
@@ -77,7 +79,7 @@ def export_pairs(store: Store, pair_ids: list[str] | None, out_dir: Path) -> Pat
             _copy_input(archive, arcname, source, sha, exported_at)
         _write_text(archive, "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", exported_at)
         _write_text(archive, "SHA256SUMS", _sha256sums(entries, inputs), exported_at)
-        _write_text(archive, "README.txt", _readme(manifest), exported_at)
+        _write_text(archive, "README.txt", _readme(manifest, store.rule_class), exported_at)
     _prune(out_dir, keep=path)
     return path
 
@@ -258,9 +260,12 @@ def _sha256sums(entries: list[_PairEntry], inputs: dict[str, tuple[Path, str]]) 
             + "".join(f"{sha}  {arcname}\n" for arcname, (_, sha) in inputs.items()))
 
 
-def _readme(manifest: dict[str, Any]) -> str:
-    """Plain-text guide to the archive."""
-    rule = manifest["approval_rule"]
+def _readme(manifest: dict[str, Any], rule_class: type[ApprovalRule] = ApprovalRule) -> str:
+    """Plain-text guide to the archive; the rule in words from the manifest's rule (db/rule.py describe)."""
+    rule = textwrap.fill(f"Approval rule: a configuration is approved once its standing verdicts (each reviewer's "
+                         f"latest per pair) count {rule_class.from_stored(manifest['approval_rule']).describe()}. "
+                         "Exported pairs belong to approved configurations, were accepted and never rejected.",
+                         width=110)
     return f"""H3 Review Studio export
 =======================
 
@@ -277,10 +282,7 @@ manifest.json  per pair: prompt, seed, model id, tier configuration, target, qua
 SHA256SUMS     the sha256 of every MP4 and input image, in the format of `sha256sum`.
 README.txt     this file.
 
-Approval rule: a configuration is approved once it has accepts on at least
-{rule["min_distinct_prompts"]} distinct prompt(s) from at least {rule["min_reviewers"]} distinct reviewer(s),
-and at most {rule["max_rejects"]} standing reject(s). Exported pairs belong to approved configurations, were
-accepted and never rejected.
+{rule}
 
 Verifying the clips
 -------------------

@@ -629,6 +629,11 @@ class StudioService:
     def approval_rule(self) -> ApprovalRule:
         return self.store.approval_rule
 
+    @property
+    def rule_class(self) -> type[ApprovalRule]:
+        """The rule's class, whose criteria the REST models and the UI's form are built from (db/rule.py)."""
+        return self.store.rule_class
+
     def export(self, pair_ids: list[str] | None = None) -> Path:
         """Zip the given approved pairs (all approved pairs when empty) and return the zip's path."""
         return export_pairs(self.store, list(pair_ids) if pair_ids else None, self.config.export_dir)

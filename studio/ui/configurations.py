@@ -10,6 +10,7 @@ from typing import Any
 import gradio as gr
 
 from db.errors import StoreError
+from db.rule import Criterion
 from studio.auth import Accounts
 from studio.roles import Forbidden
 from studio.service import StudioService
@@ -22,21 +23,21 @@ CONFIG_HEADERS = ["configuration", "tier", "steps", "duration s", "status", "acc
 
 def build_configurations_tab(service: StudioService, accounts: Accounts | None = None) -> dict[str, Any]:
     rule, version = service.store.approval_rule_version()
+    criteria = service.rule_class.criteria()  # the form is built from the rule's declaration (db/rule.py)
     rule_text = gr.Markdown(_rule_text(service), elem_id="h3-rule-text")
     with gr.Accordion("Change the approval rule (admins)", open=False, elem_id="h3-rule-editor"):
         with gr.Row():
-            min_prompts = gr.Number(rule.min_distinct_prompts, precision=0, label="distinct accepted prompts ≥",
-                                    elem_id="h3-rule-prompts")
-            min_reviewers = gr.Number(rule.min_reviewers, precision=0, label="distinct accepting reviewers ≥",
-                                      elem_id="h3-rule-reviewers")
-            max_rejects = gr.Number(rule.max_rejects, precision=0, label="standing rejects ≤",
-                                    elem_id="h3-rule-rejects")
+            # No minimum/maximum on the boxes: Gradio's own range check answers without naming the field; the
+            # rule checks the bounds and the error below names it, as over REST.
+            rule_inputs = [gr.Number(getattr(rule, c.name), precision=0, label=f"{c.label} {c.symbol}",
+                                     info=f"{c.help} ({c.minimum}..{c.maximum})", elem_id=f"h3-rule-{c.short}")
+                           for c in criteria]
         # The version the fields above show: a save after another admin's change is refused (409 over REST), so
         # it cannot silently undo that change.
         rule_version = gr.State(version)
         save_rule = gr.Button("Save rule", elem_id="h3-rule-save")
         rule_result = gr.HTML("", js_on_load=None, elem_id="h3-rule-result")
-        rule_history = gr.Dataframe(headers=RULE_HEADERS, value=_rule_rows(service), interactive=False,
+        rule_history = gr.Dataframe(headers=_rule_headers(criteria), value=_rule_rows(service), interactive=False,
                                     label="Every rule an admin set (newest applies)", elem_id="h3-rule-history")
     refresh = gr.Button("Refresh", elem_id="h3-config-refresh", size="sm")
     # wrap: the long headers wrap, so all eleven columns fit a 1400 px window (the last was cut off, issue 42)
@@ -63,30 +64,31 @@ def build_configurations_tab(service: StudioService, accounts: Accounts | None =
     refresh.click(refresh_table, None, [table, keys])
     table.select(show, keys, [detail, history])
 
-    def change_rule(prompts_v, reviewers_v, rejects_v, version_v, request: gr.Request):
-        """Admin only, as over REST (PUT /v1/approval-rule); every change is kept with who made it."""
-        fields = {"min_distinct_prompts": prompts_v, "min_reviewers": reviewers_v, "max_rejects": rejects_v}
+    def change_rule(values: dict[Any, Any], request: gr.Request):
+        """Admin only, as over REST (PUT /v1/approval-rule); every change is kept with who made it. ``values``: each
+        input's value by component (the inputs are a set)."""
+        fields = {c.name: values[box] for c, box in zip(criteria, rule_inputs)}
         fields = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in fields.items()}
         try:
-            new, _ = service.set_approval_rule(fields, actor_of(accounts, request), expected_version=version_v)
+            new, _ = service.set_approval_rule(fields, actor_of(accounts, request),
+                                               expected_version=values[rule_version])
         except (StoreError, Forbidden) as error:
             # The fields keep what the admin typed; the text above shows the rule in force now (another admin's
             # change, on a 409 naming version) and a second save applies the fields over it knowingly.
             text, rows, *_, current_version = refresh_rule()
-            return (error_html(error.field, error.message), text, rows, *[gr.update()] * 3, current_version,
-                    *refresh_table())
-        message = (f"<div class='h3-panel'>Saved: ≥ {new.min_distinct_prompts} prompts, ≥ {new.min_reviewers} "
-                   f"reviewers, ≤ {new.max_rejects} rejects.</div>")
-        return message, *refresh_rule(), *refresh_table()
+            return (error_html(error.field, error.message), text, rows, *[gr.update()] * len(criteria),
+                    current_version, *refresh_table())
+        saved = ", ".join(f"{c.symbol} {getattr(new, c.name)} {c.label}" for c in criteria)
+        return f"<div class='h3-panel'>Saved: {html.escape(saved)}.</div>", *refresh_rule(), *refresh_table()
 
-    rule_fields = [min_prompts, min_reviewers, max_rejects, rule_version]
-    save_rule.click(change_rule, rule_fields, [rule_result, rule_text, rule_history, *rule_fields, table, keys])
+    rule_fields = [*rule_inputs, rule_version]
+    save_rule.click(change_rule, set(rule_fields), [rule_result, rule_text, rule_history, *rule_fields, table, keys])
 
     def refresh_rule():
         """The rule text, its history, and the editor's fields with the version they show."""
         current, current_version = service.store.approval_rule_version()
-        return (_rule_text(service), _rule_rows(service), current.min_distinct_prompts, current.min_reviewers,
-                current.max_rejects, current_version)
+        return (_rule_text(service), _rule_rows(service), *[getattr(current, c.name) for c in criteria],
+                current_version)
 
     def refresh_all():
         return [*refresh_table(), *refresh_rule()]
@@ -95,20 +97,20 @@ def build_configurations_tab(service: StudioService, accounts: Accounts | None =
             "load": refresh_all}
 
 
-RULE_HEADERS = ["set at (UTC)", "by", "distinct prompts ≥", "reviewers ≥", "rejects ≤"]
+def _rule_headers(criteria: tuple[Criterion, ...]) -> list[str]:
+    return ["set at (UTC)", "by", *[f"{c.label} {c.symbol}" for c in criteria]]
 
 
 def _rule_text(service: StudioService) -> str:
-    rule = service.approval_rule
-    return (f"A configuration is **approved** when it is accepted on at least {rule.min_distinct_prompts} distinct "
-            f"prompts by at least {rule.min_reviewers} distinct reviewers with at most {rule.max_rejects} standing "
-            "rejects (each reviewer's latest verdict per pair counts once). Click a row for its history: every "
-            "version of every verdict, corrections and withdrawals included, blind reviews and campaigns.")
+    return (f"A configuration is **approved** when it has {service.approval_rule.describe()} (each reviewer's latest "
+            "verdict per pair counts once). Click a row for its history: every version of every verdict, "
+            "corrections and withdrawals included, blind reviews and campaigns.")
 
 
 def _rule_rows(service: StudioService) -> list[list[Any]]:
-    return [[h["created_at"][:19].replace("T", " "), h["changed_by"], h["min_distinct_prompts"], h["min_reviewers"],
-             h["max_rejects"]] for h in reversed(service.store.approval_rule_history())]
+    criteria = service.rule_class.criteria()
+    return [[h["created_at"][:19].replace("T", " "), h["changed_by"], *[h[c.name] for c in criteria]]
+            for h in reversed(service.store.approval_rule_history())]
 
 
 def _config_row(config: dict[str, Any]) -> list[Any]:

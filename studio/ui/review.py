@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from db.approval import measures
 from db.errors import StoreError
 from studio.blind import ANSWER_LABELS, reveal_text
 from studio.service import StudioService
@@ -270,12 +271,10 @@ def _history_rows(service: StudioService, pair_id: str | None) -> list[list[Any]
 
 def _recorded_html(service: StudioService, verdict) -> str:
     config = service.configuration(verdict.configuration_key)
-    rule = config.get("rule", {})
+    needs = service.rule_class.from_stored(config["rule"]).needs(measures(config))  # the rule applied, per criterion
     state = ("<span class='h3-badge'>approved</span>" if config["approved"] else
              "<span class='h3-warn'>not approved yet</span>")
     return (f"<div class='h3-panel'>Recorded <b>{html.escape(verdict.decision)}</b> by {html.escape(verdict.reviewer)}"
             f" on pair <code>{verdict.pair_id[-6:]}</code> ({html.escape(', '.join(verdict.reasons) or 'no reasons')})"
-            f". Configuration <code>{verdict.configuration_key[:12]}</code>: {state} · {config['accepts']} accepts on "
-            f"{config['distinct_accepted_prompts']} distinct prompts (needs {rule.get('min_distinct_prompts')}) from "
-            f"{len(config['accepting_reviewers'])} reviewers (needs {rule.get('min_reviewers')}) · "
-            f"{config['rejects']} standing rejects (allowed {rule.get('max_rejects')})</div>")
+            f". Configuration <code>{verdict.configuration_key[:12]}</code>: {state} · {config['accepts']} accepts · "
+            f"{html.escape(' · '.join(needs))}</div>")
