@@ -5,8 +5,7 @@ rules. Errors come back as ``{"error": {"message", "field", "type"}}``:
 
     RequestError / StoreError / pydantic validation → 400     NotFound → 404     Conflict → 409
     a clip's file missing → 404, changed on disk → 409     disk full → 507     body too large → 413
-    data dir read-only → 503
-    QueueFull, a user's queue share taken (UserShareFull) → 429     engine still loading → 503
+    data dir read-only → 503     engine still loading → 503     QueueFull, a user's queue share taken → 429
     bad or missing credentials → 401
 
 Handlers are plain ``def`` functions (FastAPI runs them in its thread pool) and read only the store and the
@@ -764,12 +763,13 @@ def create_app(service: StudioService, accounts: Accounts | None = None,
 def _answer_unrouted_v1(app: FastAPI, router: APIRouter) -> None:
     """A /v1 path no route serves gets 405 (with Allow) when other methods serve it, else 404, as JSON. Why: the
     Gradio UI is mounted at "/" after this app's routes and would otherwise answer both with its own 404."""
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    app.state.v1_routers = [router]  # routers added to the app later (searches) append theirs
 
-    @app.api_route("/v1/{path:path}", methods=methods, include_in_schema=False)
+    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+                   include_in_schema=False)
     def unrouted(request: Request) -> JSONResponse:
-        allowed = sorted({method for route in router.routes if isinstance(route, APIRoute)
-                          and route.matches(request.scope)[0] == Match.PARTIAL for method in route.methods})
+        routes = [r for each in app.state.v1_routers for r in each.routes if isinstance(r, APIRoute)]
+        allowed = sorted({m for r in routes if r.matches(request.scope)[0] == Match.PARTIAL for m in r.methods})
         if allowed:
             return _error(405, f"{request.method} is not allowed here; allowed: {', '.join(allowed)}", None,
                           "method_not_allowed", {"Allow": ", ".join(allowed)})

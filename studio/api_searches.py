@@ -97,7 +97,9 @@ def install_search_routes(app: FastAPI, service: StudioService, accounts: Accoun
     """Add the search routes to studio/api.py's app (app.py does, as for the uploads), ahead of its catch-all
     answer for unknown /v1 paths."""
     before = len(app.router.routes)
-    app.include_router(create_search_router(service, accounts))
+    router = create_search_router(service, accounts)
+    app.include_router(router)
+    app.state.v1_routers.append(router)  # so a wrong method on a search path is 405 naming the allowed ones
     added = app.router.routes[before:]
     del app.router.routes[before:]
     app.router.routes[0:0] = added

@@ -150,6 +150,8 @@ def test_unknown_searches_and_candidates_are_404_naming_them(studio):
     assert response.status_code == 409 and error_of(response)["field"] == "name"
     response = client.delete("/v1/searches/front")
     assert response.status_code == 409 and error_of(response)["field"] == "name"  # not running
+    wrong = client.put("/v1/searches/front")  # a path the search routes serve, with another method
+    assert (wrong.status_code, wrong.headers["allow"]) == (405, "DELETE, GET"), wrong.text
 
 
 def test_cancel_stops_a_running_search_and_resume_finishes_its_budget(studio):
