@@ -68,7 +68,7 @@ from studio.previews import EXTENSIONS, MEDIA_TYPES, check_variant
 from studio.roles import OPEN, Actor, Forbidden
 from studio.service import PairView, ServiceUnavailable, StudioService, VideoView
 from studio.trajectory import THRESHOLD
-from studio.video_request import RENAMES, video_payload
+from studio.video_request import renames_for, video_payload
 from studio.views import jsonable
 
 log = logging.getLogger(__name__)
@@ -488,9 +488,10 @@ def create_router(service: StudioService, accounts: Accounts | None = None,
     @router.post("/videos", tags=["videos"], summary="Queue a clip (SGLang-compatible); returns at once",
                  response_model=VideoObject)
     def create_video(body: VideoCreate, request: Request, user: str | None = Depends(current_user)) -> dict[str, Any]:
-        payload = create_payload(service, body.model_dump(exclude_unset=True), default_tier)
+        sent = body.model_dump(exclude_unset=True)
+        payload = create_payload(service, sent, default_tier)
         record = _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user,
-                                                        client=client_address(request)), RENAMES)
+                                                        client=client_address(request)), renames_for(sent))
         return video_object(service.get_video(record.id))
 
     @router.get("/videos", tags=["videos"], summary="List jobs", response_model=VideoList)

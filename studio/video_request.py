@@ -53,6 +53,22 @@ TARGET_FIELDS = ("short_edge", "aspect_ratio", "duration_seconds")
 # Engine field → the body field that fed it, so the engine's errors name what the client sent.
 RENAMES = {"steps": "num_inference_steps", "duration_seconds": "target.duration_seconds",
            "aspect_ratio": "target.aspect_ratio", "short_edge": "target.short_edge"}
+
+
+def renames_for(body: dict[str, Any]) -> dict[str, str]:
+    """RENAMES for this body: where the client gave the length as seconds or num_frames, or the canvas as size or
+    width/height, and not in target, an engine error (the job-time limit's included) names that field."""
+    target = body.get("target") if isinstance(body.get("target"), dict) else {}
+    renames = dict(RENAMES)
+    if target.get("duration_seconds") is None:
+        given = next((f for f in ("num_frames", "seconds") if body.get(f) is not None), None)
+        renames["duration_seconds"] = given or renames["duration_seconds"]
+    if target.get("short_edge") is None:
+        given = next((f for f in ("size", "width", "height") if body.get(f) is not None), None)
+        renames["short_edge"] = given or renames["short_edge"]
+    return renames
+
+
 _SIZE = re.compile(r"\s*([0-9]{1,5})\s*[xX×]\s*([0-9]{1,5})\s*")
 _DECIMAL = re.compile(r"\s*[0-9]{1,5}(\.[0-9]{1,6})?\s*")
 

@@ -93,6 +93,13 @@ def test_rest_refuses_a_request_over_the_time_limit_naming_fields_and_figures(na
                  "by estimate", "448×256"):
         assert part in error["message"], error["message"]
     assert "target.duration_seconds" not in error["message"]  # 5 s is the shortest: it drives nothing
+    # Asked the OpenAI way (size, seconds), the error names those fields, not the target's the client never sent.
+    openai_way = {"prompt": QUICK["prompt"], "size": "448x256", "seconds": "10", "num_inference_steps": 101}
+    response = client.post("/v1/videos", json=openai_way)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["field"] == "size" and "(size;" in error["message"] and "(seconds;" in error["message"], error
+    assert "target." not in error["message"], error["message"]
     pair = client.post("/v1/pairs", json={"prompt": "a red circle", "tier": "turbo", "baseline_steps": 100,
                                           "target": {"short_edge": 256}})
     assert pair.status_code == 400 and pair.json()["error"]["field"] == "target.short_edge", pair.text
