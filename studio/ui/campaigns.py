@@ -18,7 +18,7 @@ from engine.errors import RequestError
 from studio.auth import Accounts
 from studio.roles import Forbidden
 from studio.service import ServiceUnavailable, StudioService
-from studio.ui.common import actor_of, error_html, error_slot, text_field, username
+from studio.ui.common import actor_of, error_html, error_slot, form_number, text_field, username
 from studio.ui.generate import tier_choices, tier_rows
 
 PASTED = "(the prompts pasted below)"
@@ -72,9 +72,9 @@ def build_campaigns_tab(service: StudioService, accounts: Accounts | None = None
             payload["suite"] = suite_v
         else:
             payload["prompts"] = prompts_v or ""
-        target = {"duration_seconds": _number(duration_v), "short_edge": _number(edge_v)}
+        target = {"duration_seconds": form_number(duration_v), "short_edge": form_number(edge_v)}
         payload["target"] = {k: v for k, v in target.items() if v is not None}
-        payload.update({k: v for k, v in (("steps", _number(steps_v)), ("baseline_steps", _number(base_v)))
+        payload.update({k: v for k, v in (("steps", form_number(steps_v)), ("baseline_steps", form_number(base_v)))
                         if v is not None})
         try:
             payload["seeds"] = _seeds(seeds_v)
@@ -119,18 +119,6 @@ def build_campaigns_tab(service: StudioService, accounts: Accounts | None = None
 def _suite_choices(service: StudioService) -> list[tuple[str, str]]:
     suites = service.campaigns.suites()
     return [(PASTED, PASTED)] + [(f"{s['name']} ({s['prompts']} prompts)", s["name"]) for s in suites]
-
-
-def _number(value: Any) -> Any:
-    """Empty → None; a number as typed → int or float; anything else goes through for the engine to name."""
-    text = (value or "").strip() if isinstance(value, str) else value
-    if text in ("", None):
-        return None
-    try:
-        number = float(text)
-    except (TypeError, ValueError):
-        return text
-    return int(number) if number.is_integer() else number
 
 
 def _seeds(value: Any) -> list[int]:

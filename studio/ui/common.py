@@ -13,6 +13,19 @@ from studio.roles import OPEN, Actor
 from studio.service import StudioService
 
 
+def form_number(value: Any) -> Any:
+    """A form's text box as a number: empty → None, a number as typed → int or float; anything else goes through
+    unchanged, so the parser behind the form (the engine, a search spec) names the field."""
+    text = (value or "").strip() if isinstance(value, str) else value
+    if text in ("", None):
+        return None
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return text
+    return int(number) if number.is_integer() else number
+
+
 def error_html(field: str | None, message: str) -> str:
     """An error shown under the input it is about, naming the field."""
     where = f"<b>{html.escape(field)}</b>: " if field else ""

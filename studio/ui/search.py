@@ -29,7 +29,7 @@ from engine.errors import RequestError
 from studio.auth import Accounts
 from studio.roles import Forbidden
 from studio.service import ServiceUnavailable, StudioService
-from studio.ui.common import actor_of, error_html, error_slot, text_field, username
+from studio.ui.common import actor_of, error_html, error_slot, form_number, text_field, username
 
 PASTED = "(the prompts pasted below)"
 DEFAULT_KNOBS = json.dumps({"sparse.keep_ratio": {"low": 0.05, "high": 0.5}, "sparse.dense_first_steps": None,
@@ -57,17 +57,6 @@ def slot_of(field: str | None) -> str:
     return "general"
 
 
-def _number(value: Any) -> Any:
-    text = (value or "").strip() if isinstance(value, str) else value
-    if text in ("", None):
-        return None
-    try:
-        number = float(text)
-    except (TypeError, ValueError):
-        return text  # passed on, so the spec's parser names the field
-    return int(number) if number.is_integer() else number
-
-
 def spec_payload(name, base_tier, knobs, suite, prompts, prompt_count, seeds, candidates, seconds, duration,
                  short_edge, steps) -> dict[str, Any]:
     """The form as a search spec (studio/search/spec.py); RequestError naming the field for what only the form
@@ -86,11 +75,10 @@ def spec_payload(name, base_tier, knobs, suite, prompts, prompt_count, seeds, ca
     else:
         payload["prompts"] = [line.strip() for line in (prompts or "").splitlines()
                               if line.strip() and not line.strip().startswith("#")]
-    for key, value in (("prompt_count", prompt_count), ("candidates", candidates), ("seconds", seconds)):
-        if _number(value) is not None:
-            payload[key] = _number(value)
-    request = {key: _number(value) for key, value in (("duration_seconds", duration), ("short_edge", short_edge),
-                                                      ("steps", steps)) if _number(value) is not None}
+    numbers = {"prompt_count": prompt_count, "candidates": candidates, "seconds": seconds}
+    payload.update({key: v for key, value in numbers.items() if (v := form_number(value)) is not None})
+    sizes = {"duration_seconds": duration, "short_edge": short_edge, "steps": steps}
+    request = {key: v for key, value in sizes.items() if (v := form_number(value)) is not None}
     if request:
         payload["request"] = request
     return payload
