@@ -85,8 +85,9 @@ class Stage:
 
     def on_screen(self, x: float, y: float, t: float) -> tuple[float, float]:
         """Where a point drawn at output pixel (x, y) of the unzoomed frame at time t lands on the screen."""
-        z = 1.0 + self.zoom * t
-        return (self.width / 2 + z * (x - self.width / 2), self.height / 2 + z * (y - self.height / 2))
+        ss = self.supersample
+        sx, sy, _ = self.camera(t) @ (x * ss, y * ss, 1.0)
+        return sx / ss, sy / ss
 
 
 def _plasma(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
