@@ -71,10 +71,10 @@ class AttentionRuntime:
         return record
 
 
-def sol_reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, valid_length: int,
-                  backend=None, parallel_config=None) -> torch.Tensor:
-    """Dense attention on the sparse call's own `[B, S, H, D]` inputs (keys cut at the valid length, as the dense
-    path does): the Sol-Attn gate's reference. Called only with `AttentionRuntime.sol_gate` on."""
+def dense_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, valid_length: int,
+                    backend=None, parallel_config=None) -> torch.Tensor:
+    """Dense attention on `[B, S, H, D]` inputs, keys cut at the valid length (padding attends to nothing): the
+    dense path, and the Sol-Attn gate's reference for a sparse call's own inputs."""
     if valid_length < key.shape[1]:
         key, value = key[:, :valid_length], value[:, :valid_length]
     return dispatch_attention_fn(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -95,6 +95,12 @@ def relative_error(output: torch.Tensor, reference: torch.Tensor, valid_length: 
         reference2 += theirs.square().sum().double()
     difference, scale = float(difference2.sqrt()), float(reference2.sqrt())
     return difference / scale if scale > 0 else (0.0 if difference == 0 else float("inf"))
+
+
+def sol_reference(query, key, value, valid_length, backend=None, parallel_config=None) -> torch.Tensor:
+    """The Sol-Attn gate's reference: dense attention on a sparse call's own inputs (a name of its own so tests can
+    count its calls; runs only with `AttentionRuntime.sol_gate` on)."""
+    return dense_attention(query, key, value, valid_length, backend, parallel_config)
 
 
 def tile_row_order(video_start: int, video_order: torch.Tensor,
@@ -146,13 +152,8 @@ class StudioAttnProcessor(MiniMaxH3AttnProcessor):
                 runtime.sol_errors.append(relative_error(hidden_states, reference, runtime.valid_length))
                 del reference
         else:
-            valid = runtime.valid_length
-            if valid < query.shape[1]:
-                key, value = key[:, :valid], value[:, :valid]
-            hidden_states = dispatch_attention_fn(
-                query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                backend=self._attention_backend, parallel_config=self._parallel_config,
-            )
+            hidden_states = dense_attention(query, key, value, runtime.valid_length, self._attention_backend,
+                                            self._parallel_config)
             runtime.dense_calls += 1
         if runtime.parallel is not None:
             hidden_states = runtime.parallel.to_rows(hidden_states)
