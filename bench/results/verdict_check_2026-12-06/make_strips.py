@@ -1,6 +1,11 @@
-import numpy as np, cv2, json
+import json
+
+import cv2
+import numpy as np
+
 from engine.engine import Engine
 from studio.quality import ClipData, compare_clips
+
 eng = Engine.load()
 prompts = ["A video of a green circle that slides right to left over a dark blue backdrop",
            "a red square moves from right to left on a black background",
