@@ -4,8 +4,8 @@ ghosted and a clean candidate.
 
     python -m bench.ghost_cost [--repeat 3] [--detector PATH]
 
---detector PATH loads another ghost.py in place of studio/quality/ghost.py (e.g. a copy of an earlier version from
-`git show REV:studio/quality/ghost.py`), so before/after can be timed in one process on the same machine state.
+--detector PATH loads another ghost.py in place of quality/ghost.py (e.g. a copy of an earlier version from
+`git show REV:quality/ghost.py`), so before/after can be timed in one process on the same machine state.
 Prints one JSON line per canvas and candidate: median seconds over the repeats.
 """
 
@@ -20,19 +20,19 @@ import sys
 import time
 
 from bench import ghost_heldout_scenes as scenes
-from studio.quality import ClipData, compare_clips
-from studio.quality import compare as compare_module
-from studio.quality.analysis import analysis_factor, planes_of_frame, stack_planes
-from studio.quality.metrics import motion
+from quality import ClipData, compare_clips
+from quality import compare as compare_module
+from quality.analysis import analysis_factor, planes_of_frame, stack_planes
+from quality.metrics import motion
 
 
 def load_detector(path: str | None):
     if not path:
-        from studio.quality import ghost
+        from quality import ghost
         return ghost
-    spec = importlib.util.spec_from_file_location("studio.quality._ghost_timed", path)
+    spec = importlib.util.spec_from_file_location("quality._ghost_timed", path)
     module = importlib.util.module_from_spec(spec)
-    module.__package__ = "studio.quality"
+    module.__package__ = "quality"
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
@@ -65,7 +65,7 @@ def main() -> None:
                 whole.append(time.perf_counter() - start)
                 ghosting = bool(result.ghosting)
             print(json.dumps({"canvas": f"{width}x{height}", "frames": len(base), "candidate": label,
-                              "detector": args.detector or "studio/quality/ghost.py", "ghosting": ghosting,
+                              "detector": args.detector or "quality/ghost.py", "ghosting": ghosting,
                               "detect_ghosts_s": round(statistics.median(detect), 3),
                               "compare_clips_s": round(statistics.median(whole), 3),
                               "load_average": round(os.getloadavg()[0], 2)}))

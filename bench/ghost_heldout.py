@@ -1,6 +1,6 @@
 """Held-out evaluation of the ghost detector (issue 20 item 1): scenes it was not tuned on.
 
-Recipe: bench/ghost_heldout_scenes.py (a generator written apart from the calibration one, studio/quality/synth.py)
+Recipe: bench/ghost_heldout_scenes.py (a generator written apart from the calibration one, quality/synth.py)
 and make_cases() below, seeded by SEED. Each case is a baseline clip and a candidate, compared through
 compare_clips (FLIP and LPIPS off: only the ghost verdict is read).
   - ghosts: a copy of one subject from `lag` frames earlier or later (lag and lead 1-12), opacity 10-40 %, as a
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from bench import ghost_heldout_scenes as scenes
-from studio.quality import ClipData, GhostParams, compare_clips
+from quality import ClipData, GhostParams, compare_clips
 
 SEED = 2027
 CANVASES = ((224, 128), (448, 256), (640, 360), (960, 544), (1344, 768))

@@ -1,4 +1,4 @@
-"""Held-out scenes for the ghost detector, written apart from studio/quality/synth.py (the calibration generator).
+"""Held-out scenes for the ghost detector, written apart from quality/synth.py (the calibration generator).
 
 Nothing here imports synth.py, and the choices differ on purpose, so the held-out set measures how the detector
 generalises rather than how well it was fitted:

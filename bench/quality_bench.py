@@ -1,6 +1,6 @@
-"""Benchmark: analyse a 5 s 1344x768 pair (124 frames, 24 fps, stereo AAC) with studio.quality.
+"""Benchmark: analyse a 5 s 1344x768 pair (124 frames, 24 fps, stereo AAC) with quality.
 
-Synthesises a baseline and a ghosted candidate (studio.quality.synth), writes both as H.264 yuv420p + AAC MP4s
+Synthesises a baseline and a ghosted candidate (quality.synth), writes both as H.264 yuv420p + AAC MP4s
 (not timed), then times what the studio and the CLI do per pair: read_clip twice, compare_clips, summary().
 Target (issue 6): <= 20 s on the 2-core CPU. Prints one markdown table row per run plus the median.
 
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from studio.quality import ClipData, compare_clips, read_clip, synth, write_clip
+from quality import ClipData, compare_clips, read_clip, synth, write_clip
 
 
 def cpu_name() -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.quality.gates import GateInputs, Gates, evaluate
+from quality.gates import GateInputs, Gates, evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "assets/subject_corpus"
@@ -162,7 +162,7 @@ def main() -> None:
               "split": "assets/subject_corpus/split.json", "targets": {"reject_recall_min": RECALL_MIN,
                                                                        "false_reject_rate_max": FALSE_REJECTS_MAX},
               "tuned_gates": asdict(tuned), "tuning_history": history, "results": {}}
-    # adopted: the studio's defaults (studio/quality/gates.py), the tuned values where they are set there.
+    # adopted: the studio's defaults (quality/gates.py), the tuned values where they are set there.
     report["adopted_gates"] = asdict(Gates())
     for name, gates in (("tuned", tuned), ("adopted", Gates()), ("untuned", UNTUNED),
                         ("whole_frame_gates", whole_frame_gates())):

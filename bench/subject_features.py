@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.subject_strips import pair_id
-from studio.quality.clipio import read_clip
-from studio.quality.compare import compare_clips
-from studio.quality.metrics import BaselineMotionCache
+from quality.clipio import read_clip
+from quality.compare import compare_clips
+from quality.metrics import BaselineMotionCache
 
 
 def _listed(array: np.ndarray) -> list[float | None]:

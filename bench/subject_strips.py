@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from studio.quality.clipio import read_clip
+from quality.clipio import read_clip
 
 ROOT = Path(__file__).resolve().parents[1]
 EVERY = 8

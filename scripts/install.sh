@@ -41,7 +41,7 @@ else
 fi
 
 # lpips needs torchvision, whose PyPI wheel does not import beside the CPU torch and breaks transformers;
-# install lpips alone: the studio uses only its linear-head weights (studio/quality/lpips_net.py).
+# install lpips alone: the studio uses only its linear-head weights (quality/lpips_net.py).
 if ! "$PY" -m pip show -q lpips >/dev/null 2>&1; then
   step "3/4 installing lpips without its torchvision dependency"
   pip_install --no-deps lpips==0.1.4

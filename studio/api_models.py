@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from db.rule import ApprovalRule, Criterion
-from studio.quality.summary import AudioSummary, FrameMetrics
+from quality.summary import AudioSummary, FrameMetrics
 
 __all__ = [
     "ApprovalRuleObject", "ConfigurationList", "ConfigurationObject", "PairList", "PairObject", "QueueObject",
@@ -129,7 +129,7 @@ class GateObject(_Body):
 
 
 class QualityMetrics(_Body):
-    """A pair's quality summary (studio/quality/summary.py QualitySummary.to_json)."""
+    """A pair's quality summary (quality/summary.py QualitySummary.to_json)."""
 
     frames: int
     psnr_mean: float

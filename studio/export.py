@@ -26,8 +26,8 @@ from db.keys import sha256_hex
 from db.records import ClipRecord, PairRecord, VerdictRecord
 from db.rule import ApprovalRule
 from db.store import Store
+from quality.summary import QualitySummary, SummaryError
 from studio.public_text import hide_paths
-from studio.quality.summary import QualitySummary, SummaryError
 
 FORMAT = "h3-review-studio-export"
 FORMAT_VERSION = 1

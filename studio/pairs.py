@@ -27,9 +27,9 @@ from db.records import TERMINAL_STATUSES
 from engine.conditioning import INPUT_FIELDS
 from engine.errors import RequestError
 from engine.interface import RequestPlan
+from quality.summary import QualitySummary, SummaryError
 from studio.jobs import JobOutcome
 from studio.public_text import hide_paths
-from studio.quality.summary import QualitySummary, SummaryError
 from studio.review import configuration_snapshot
 
 log = logging.getLogger(__name__)

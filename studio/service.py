@@ -66,9 +66,9 @@ class ServiceUnavailable(RuntimeError):
 
 
 def load_quality() -> ModuleType | None:
-    """studio.quality: the service's default quality loader. Tests pass a loader that returns None (the studio
+    """quality: the service's default quality loader. Tests pass a loader that returns None (the studio
     without metrics: pairs complete, their metrics read "not yet available") or a stand-in module."""
-    import studio.quality as quality
+    import quality as quality
 
     return quality
 
@@ -260,7 +260,7 @@ class StudioService:
         return self.engine.model_name
 
     def quality(self) -> ModuleType | None:
-        """The quality module (studio.quality) when it is importable, else None ("not yet available")."""
+        """The quality module (quality) when it is importable, else None ("not yet available")."""
         return self._quality_loader()
 
     def health(self) -> dict[str, Any]:

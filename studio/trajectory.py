@@ -4,7 +4,7 @@ step, overall, on the baseline's subject and per region, with what each step of 
 Divergence at a step is the root mean square of the difference of the two runs' pooled x0 (latent units, every
 channel), relative to the root mean square of the baseline's x0 over the same cells: dimensionless, 0 for
 identical runs, about 1.4 for two unrelated samples of unit variance. "Subject" weights each cell by the share of
-it the baseline's subject covers (studio/quality/subject.py on the baseline's finished frames, pooled to the
+it the baseline's subject covers (quality/subject.py on the baseline's finished frames, pooled to the
 trajectory's grid per latent frame); "background" by the rest. The heat map is the per-cell divergence over the
 latent frames, per step.
 
@@ -29,9 +29,9 @@ import numpy as np
 from db.errors import Conflict, NotFound
 from engine.errors import RequestError
 from engine.trajectory import Trajectory, pool_video, sol_series
-from studio.quality.analysis import analysis_factor
-from studio.quality.clipio import read_clip
-from studio.quality.subject import SubjectParams, subject_mask
+from quality.analysis import analysis_factor
+from quality.clipio import read_clip
+from quality.subject import SubjectParams, subject_mask
 
 THRESHOLD = 0.05  # subject-region divergence that counts as "parted" (5 % of the baseline's x0 magnitude)
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from db import ClipRecord, PairRecord, VerdictRecord, VideoRecord
 from db.records import TERMINAL_STATUSES
+from quality.summary import QualitySummary
 from studio.jobs import JobQueue
 from studio.public_text import hide_paths
-from studio.quality.summary import QualitySummary
 from studio.review import baseline_steps, speedup_caveat
 
 __all__ = ["PairView", "VideoView", "clip_cost_usd", "jsonable", "pair_view", "video_view"]

@@ -16,7 +16,7 @@ import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from studio.quality.lpips_net import alexnet_features
+from quality.lpips_net import alexnet_features
 
 
 def _alexnet(pretrained: bool = False, **_kwargs):

@@ -1,4 +1,4 @@
-"""Quality summaries for tests of the studio around the quality module: real ones, made by studio.quality.
+"""Quality summaries for tests of the studio around the quality module: real ones, made by quality.
 
 `summary_json()` compares two tiny synthetic clips with `compare_clips` (LPIPS off: no weights needed) and returns
 the JSON the store keeps for a pair (`QualitySummary.to_json`), so a test double of the quality module, a stored
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from studio.quality import CachedComparison, ClipData, compare_clips
-from studio.quality.summary import QualitySummary
+from quality import CachedComparison, ClipData, compare_clips
+from quality.summary import QualitySummary
 
 
 @functools.cache

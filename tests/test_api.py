@@ -3,7 +3,7 @@ requests, auth and restart persistence.
 
 Clips are 64×32 (short_edge 32) with 2–3 denoising steps; the turbo tier is the candidate (its LoRA file ships
 in assets/loras). The quality module is replaced by a recording stand-in so the test checks what the service
-does with a comparison, not the comparison itself (studio/quality has its own tests).
+does with a comparison, not the comparison itself (quality has its own tests).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class CountingEngine:
 
 
 class FakeQuality:
-    """Stands in for studio.quality: OverlayCache(root).get_or_compute(key, baseline, candidate) returns a real
+    """Stands in for quality: OverlayCache(root).get_or_compute(key, baseline, candidate) returns a real
     comparison's result (tests/quality_fixtures.py) without decoding the clips."""
 
     def __init__(self):

@@ -1,4 +1,4 @@
-"""The Compare tab's FLIP view: the FLIP error map PNGs studio.quality renders reach the tab as an analysis view,
+"""The Compare tab's FLIP view: the FLIP error map PNGs quality renders reach the tab as an analysis view,
 with a caption carrying the frame's FLIP, and FLIP and the temporal error are per-frame series (no browser).
 
 The subject series (present, moved, FLIP on subject) reach the plots, the readout and the worst-frames table; the
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-import studio.quality as quality
-from studio.quality import ClipData, OverlayCache, synth, write_clip
-from studio.quality.summary import QualitySummary
+import quality as quality
+from quality import ClipData, OverlayCache, synth, write_clip
+from quality.summary import QualitySummary
 from studio.ui.compare import OVERLAY_KINDS, PLOT_OTHER, PLOT_SUBJECT, VIEWS, _gate_table, _plot_frame
 from studio.ui.compare_data import PICK, Overlays, frame_readout, frame_series, gate_jumps, worst_frames_table
 from studio.ui.panels import quality_html, suggestion_html

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from db import DataDirError, StorageFull, Store
-from studio.quality import CachedComparison
+from quality import CachedComparison
 from tests.quality_fixtures import cached_comparison
 from tests.test_db import completed_pair, fake_mp4, sidecar
 
@@ -171,7 +171,7 @@ def test_second_app_on_a_data_dir_exits_2_before_binding(tmp_path: Path, capsys:
 
 
 class ComparingQuality:
-    """Stands in for studio.quality: reads both clips (as the real comparison does) and returns a real
+    """Stands in for quality: reads both clips (as the real comparison does) and returns a real
     comparison's result (tests/quality_fixtures.py), or raises ``error`` when one is given."""
 
     def __init__(self, error: Exception | None = None) -> None:

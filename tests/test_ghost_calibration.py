@@ -3,7 +3,7 @@
 In-sample: these are the scenes the detector's settings were tuned on, so its figures are in-sample. The held-out
 measure is bench/ghost_heldout.py (a separately written generator; tests/test_ghost_heldout.py runs part of it).
 
-Synthetic scenes (studio.quality.synth): textured backgrounds, one or two textured subjects moving 4-11 px per
+Synthetic scenes (quality.synth): textured backgrounds, one or two textured subjects moving 4-11 px per
 frame at 672x384 (the same 336x192 analysis grid as a 1344x768 clip), some with a panning camera. Planted:
   - ghosts: a second copy of the subject where it was `lag` frames earlier (or later, lag < 0), at opacity
     10-40 % ("sprite"), or a double exposure of the whole frame ("blend"); some on top of mild noise or a colour
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from studio.quality import ClipData, GhostParams, compare_clips, synth
-from studio.quality.gates import Gates
-from studio.quality.lpips_metric import LpipsScorer, load_lpips
-from studio.quality.metrics import BaselineMotionCache
+from quality import ClipData, GhostParams, compare_clips, synth
+from quality.gates import Gates
+from quality.lpips_metric import LpipsScorer, load_lpips
+from quality.metrics import BaselineMotionCache
 
 WIDTH, HEIGHT, FRAMES, SCENES = 672, 384, 16, 8
 OPACITIES = (0.10, 0.15, 0.25, 0.40)

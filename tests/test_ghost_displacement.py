@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench import ghost_heldout
-from studio.quality.ghost import _displacement
+from quality.ghost import _displacement
 
 
 def test_displacement_uses_the_subjects_speed_where_the_evidence_is():

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "kernels", "studio", "db", "bench", "train")
+PACKAGES = ("engine", "kernels", "quality", "studio", "db", "bench", "train")
 TOP_LEVEL = ("app",)
 LINE_LIMIT = 800
 # Modules still over LINE_LIMIT, with the reason. The limit test also fails when one of them drops under the
@@ -28,10 +28,11 @@ LINE_LIMIT = 800
 OVER_LIMIT: dict[str, str] = {}
 # importer prefix -> module prefixes it must never import (architecture: studio -> engine -> kernels, studio -> db).
 FORBIDDEN = {
-    "engine": ("studio", "db", "app", "bench", "train"),
+    "engine": ("quality", "studio", "db", "app", "bench", "train"),
     "kernels": ("engine", "studio", "db", "app", "bench", "train"),
-    "db": ("engine", "kernels", "studio", "app", "bench", "train"),
-    "studio.quality": ("engine", "kernels", "db", "app"),
+    "db": ("engine", "kernels", "quality", "studio", "app", "bench", "train"),
+    # quality judges clips (arrays, files); studio, bench and train use it, and it never needs a model or a store
+    "quality": ("engine", "kernels", "db", "studio", "app", "bench", "train"),
 }
 
 

@@ -1,4 +1,4 @@
-"""LPIPS without torchvision (studio/quality/lpips_net.py): it runs wherever the AlexNet backbone weights are on
+"""LPIPS without torchvision (quality/lpips_net.py): it runs wherever the AlexNet backbone weights are on
 disk (a path, or the torch hub cache), computes what the lpips package computes, and says how to enable it
 otherwise. The weights files are made here: random AlexNet weights under torchvision's key names."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from studio.quality import ClipData, compare_clips, lpips_metric, lpips_net, synth, write_clip
+from quality import ClipData, compare_clips, lpips_metric, lpips_net, synth, write_clip
 from tests.lpips_stub import random_backbone_lpips
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,7 +117,7 @@ def test_without_the_lpips_package_it_says_what_to_install(weights, monkeypatch)
 def test_importing_does_not_need_torchvision():
     """The network builds in a process where torchvision cannot be imported, and transformers still imports."""
     code = ("import sys; sys.modules['torchvision'] = None\n"
-            "from studio.quality.lpips_net import AlexLpips; AlexLpips()\n"
+            "from quality.lpips_net import AlexLpips; AlexLpips()\n"
             "import transformers; print('ok')")
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
@@ -130,7 +130,7 @@ def test_cli_lpips_weights(weights, tmp_path):
     write_clip(paths[1], ClipData(synth.blur(frames, 2.0), 24.0))
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "studio.quality", "compare", *map(str, paths), "--no-flip",
+        return subprocess.run([sys.executable, "-m", "quality", "compare", *map(str, paths), "--no-flip",
                                *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
 
     run = cli("--lpips-weights", str(weights))

@@ -9,8 +9,8 @@ import json
 import cv2
 import numpy as np
 
-from studio.quality import ClipData, OverlayCache, compare_clips, read_clip, synth, write_clip
-from studio.quality.overlays import _write_png, read_overlay_frame, render_diff_heatmap, render_ghost_overlay
+from quality import ClipData, OverlayCache, compare_clips, read_clip, synth, write_clip
+from quality.overlays import _write_png, read_overlay_frame, render_diff_heatmap, render_ghost_overlay
 
 
 def test_overlays_are_videos_read_back_frame_by_frame(tmp_path):

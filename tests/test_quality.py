@@ -1,5 +1,5 @@
-"""studio.quality: the public API, the CLI on real MP4s, mismatch handling, audio metrics, LPIPS fallbacks and the
-overlay cache. Clips are synthetic (studio.quality.synth) and small, so the module runs in seconds here.
+"""quality: the public API, the CLI on real MP4s, mismatch handling, audio metrics, LPIPS fallbacks and the
+overlay cache. Clips are synthetic (quality.synth) and small, so the module runs in seconds here.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import cv2
 import numpy as np
 import pytest
 
-from studio import quality
-from studio.quality import (
+import quality
+from quality import (
     ClipData,
     Gates,
     OverlayCache,
@@ -29,7 +29,7 @@ from studio.quality import (
     synth,
     write_clip,
 )
-from studio.quality.audio import compare_audio, integrated_loudness
+from quality.audio import compare_audio, integrated_loudness
 
 ROOT = Path(__file__).resolve().parent.parent
 W, H, T = 448, 256, 16
@@ -113,7 +113,7 @@ def test_ghost_is_flagged_where_it_is(scene, base_frames, ghost_frames):
 
 def test_a_shared_baseline_flow_gives_the_same_report_and_is_computed_once(base_frames, ghost_frames):
     """compare_clips(baseline_motion=...): candidates against one baseline reuse its flow, report unchanged."""
-    from studio.quality.metrics import BaselineMotionCache
+    from quality.metrics import BaselineMotionCache
 
     cache = BaselineMotionCache()
     noisy = synth.noise(base_frames, 8)
@@ -294,7 +294,7 @@ def test_read_clip_errors(tmp_path):
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "studio.quality", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "quality", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=False)
 
 
@@ -365,4 +365,4 @@ def test_quality_module_imports_nothing_of_the_studio():
             for name in names:
                 top = name.split(".")[0]
                 assert top not in forbidden, f"{path.name} imports {name}"
-                assert not (top == "studio" and not name.startswith("studio.quality")), f"{path.name} imports {name}"
+                assert not (top == "studio" and not name.startswith("quality")), f"{path.name} imports {name}"

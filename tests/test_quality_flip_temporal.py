@@ -1,5 +1,5 @@
 """FLIP (per-frame error maps, gate, overlay, CLI figure) and temporal consistency (flow-warped frame-to-frame
-error, candidate against baseline) in studio.quality."""
+error, candidate against baseline) in quality."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import flip_evaluator
 import numpy as np
 import pytest
 
-from studio.quality import ClipData, Gates, OverlayCache, compare_clips, render_flip_overlay, synth, write_clip
-from studio.quality.flip_metric import VIEW_DEGREES
-from studio.quality.overlays import read_overlay_frame
+from quality import ClipData, Gates, OverlayCache, compare_clips, render_flip_overlay, synth, write_clip
+from quality.flip_metric import VIEW_DEGREES
+from quality.overlays import read_overlay_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 W, H, T = 448, 256, 10
@@ -134,7 +134,7 @@ def test_overlay_cache_and_cli_carry_flip(tmp_path, base):
     assert not again.computed and again.flip_pngs == cached.flip_pngs
 
     def cli(*args: str) -> dict:
-        run = subprocess.run([sys.executable, "-m", "studio.quality", "compare", *map(str, paths), "--no-lpips",
+        run = subprocess.run([sys.executable, "-m", "quality", "compare", *map(str, paths), "--no-lpips",
                               *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
         assert run.returncode == 0, run.stderr
         return json.loads(run.stdout)

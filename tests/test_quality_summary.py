@@ -1,4 +1,4 @@
-"""The one typed quality summary (studio/quality/summary.py, issue 22 item 4): it carries everything the quality
+"""The one typed quality summary (quality/summary.py, issue 22 item 4): it carries everything the quality
 module reports, reads back what the store keeps, and reads pairs stored before a measure existed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.quality.summary import FrameMetrics, QualitySummary, SummaryError
+from quality.summary import FrameMetrics, QualitySummary, SummaryError
 from tests.quality_fixtures import cached_comparison, comparison_summary
 
 

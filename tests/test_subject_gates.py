@@ -8,10 +8,10 @@ import cv2
 import numpy as np
 import pytest
 
-from studio.quality.clipio import ClipData
-from studio.quality.compare import compare_clips
-from studio.quality.gates import GateInputs, Gates, evaluate
-from studio.quality.windows import describe_runs, runs, worst_window
+from quality.clipio import ClipData
+from quality.compare import compare_clips
+from quality.gates import GateInputs, Gates, evaluate
+from quality.windows import describe_runs, runs, worst_window
 
 W, H, T, SIDE = 224, 128, 48, 22
 RED = (220, 40, 30)

@@ -290,7 +290,7 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     shot(page, "05_compare_frame_60")
 
     # The per-frame metrics lead to the frames worth looking at: the worst-frame button and the table rows.
-    # (Only when studio.quality is importable; otherwise the panel must say so.)
+    # (Only when quality is importable; otherwise the panel must say so.)
     if "not yet available" in text_of(page, "#h3-quality"):
         assert "per-frame metrics not yet available" in text_of(page, "#h3-readout")
     else:
@@ -318,7 +318,7 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     frame = int(paused["time"] * 24)
     page.wait_for_selector(f"#h3-readout:has-text('frame {frame} ')")
 
-    # Every analysis view answers: studio.quality's image of this frame, or a plain "… not yet available".
+    # Every analysis view answers: quality's image of this frame, or a plain "… not yet available".
     for view, name in (("|Δ| heatmap", "06a_heatmap"), ("Ghost overlay", "06b_ghost_overlay")):
         page.get_by_label(view).check()
         page.wait_for_function("() => { const n = document.querySelector('#h3-analysis-note');"

@@ -53,7 +53,7 @@ def baseline_row(item: Item, frames: np.ndarray) -> dict:
 
 def turbo_row(item: Item, frames: np.ndarray, base: np.ndarray) -> dict:
     """Closeness of a turbo clip to its same-seed baseline: whole-frame SSIM beside the subject's own measures."""
-    from studio.quality.subject import track_subject
+    from quality.subject import track_subject
 
     subject = track_subject(base, frames, factor=1)
     measured = subject.measured

@@ -7,7 +7,7 @@ Clips are generated once per (model, item) into `--cache` (out/eval_cache/<model
 where it stopped) and scored when every item of the set has its clip. Per baseline item: the tracker's colour and
 direction (train.metrics.track), the shape by train.shape_classifier (circle, square, triangle or unknown, with a
 confidence) and the background (train.metrics.nearest_background). Per turbo item: closeness to its baseline clip
-on the subject (studio.quality.subject.track_subject: share of the subject present, displacement, aligned overlap,
+on the subject (quality.subject.track_subject: share of the subject present, displacement, aligned overlap,
 subject-box SSIM, colour difference) beside the whole-frame SSIM the background dominates. Per fl2va item: the tracked
 subject's frame-0 centre against the keyframe's, anywhere on the canvas (within 16 px counts).
 

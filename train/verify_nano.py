@@ -13,7 +13,7 @@ with a caption template, generated with seed 42. Clips are made once per (prompt
    the nearest floor contact of the track (lowest points, sub-frame by parabola) (pass: median ≤ 50 ms).
 4. ghost: an aggressive sparse tier (keep 0.1 of video key tiles, no dense steps or blocks; forced past the
    engine's refusal) and the shipped `sol` tier against the baseline, both at the model's sparse tile
-   (h3_studio.json `sparse_tile`; `--ghost-tile 64` runs both at 64-row tiles instead); `studio.quality.compare_clips`
+   (h3_studio.json `sparse_tile`; `--ghost-tile 64` runs both at 64-row tiles instead); `quality.compare_clips`
    flags ghosting (pass: aggressive flagged on ≥ 6 of 10 prompts, sol on fewer). Each clip also gets the evidence
    that tells a ghost from drift: whether the tracker still finds the prompt's colour and direction, and how far the
    tracked subject sits from the baseline's (median px). `--ghost-strips DIR` writes a PNG strip per prompt.
@@ -426,7 +426,7 @@ def check_ghost(clips: Clips, count: int, ghost_tile: int = 0, strips: Path | No
     """Ghost counts for the aggressive setting and sol, with the drift evidence per clip, and (on the first
     `attention_prompts` prompts) how much of the dense attention the tile rule keeps (train/sparse_probe.py).
     `first` > 0 runs prompts first..count-1 only (a run split over processes; the counts are then of that part)."""
-    from studio.quality import ClipData, compare_clips
+    from quality import ClipData, compare_clips
     from train.sparse_probe import attention_mass_kept
 
     tiers = {"aggressive": "v-ghost", "sol": "v-sol" if ghost_tile else "sol"}

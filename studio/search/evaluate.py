@@ -3,7 +3,7 @@
 `Evaluator` is what a search needs: the tier table candidates start from, a device label for its costs and
 `evaluate(tier, prompt, seed, request) -> CaseResult`. `EngineEvaluator` runs a loaded engine (the nano on CPU, or
 the full model on a GPU): each baseline is generated once per (prompt, seed, settings) and reused by every
-candidate; both clips go through their MP4 (what a reviewer sees) into studio.quality's compare_clips, whose gate
+candidate; both clips go through their MP4 (what a reviewer sees) into quality's compare_clips, whose gate
 table decides: any failed gate is a hard failure. Cost is the candidate's measured wall time (encode to decode,
 the clip's `inference_time_s`) on this machine's device, labelled so.
 """
@@ -78,7 +78,7 @@ class EngineEvaluator:
     """Candidates through a loaded engine, judged by the studio's gates against cached same-seed baselines."""
 
     def __init__(self, engine, gates=None, lpips: bool = True):
-        from studio.quality.lpips_metric import load_lpips
+        from quality.lpips_metric import load_lpips
 
         self.engine = engine
         self.tiers = engine.tiers
@@ -88,7 +88,7 @@ class EngineEvaluator:
         self._baselines: dict[tuple, tuple[Any, float]] = {}
 
     def _clip(self, payload: dict[str, Any]):
-        from studio.quality import read_clip
+        from quality import read_clip
 
         clip = self.engine.generate(payload)
         handle, path = tempfile.mkstemp(suffix=".mp4")
@@ -107,7 +107,7 @@ class EngineEvaluator:
         return self._baselines[key]
 
     def evaluate(self, tier: TierSpec, prompt: str, seed: int, request: dict[str, Any]) -> CaseResult:
-        from studio.quality import compare_clips
+        from quality import compare_clips
 
         base, base_cost = self.baseline(prompt, seed, request)
         table = self.engine.tiers.tiers

@@ -43,7 +43,7 @@ from studio.ui.player import (
 from studio.ui.trajectory import build_trajectory_view, wire_trajectory_view
 
 VIEWS = ("Wipe (drag the handle)", "|Δ| heatmap", "Ghost overlay", "FLIP error map")
-OVERLAY_KINDS = {VIEWS[1]: "diff", VIEWS[2]: "ghost", VIEWS[3]: "flip"}  # view -> studio.quality overlay kind
+OVERLAY_KINDS = {VIEWS[1]: "diff", VIEWS[2]: "ghost", VIEWS[3]: "flip"}  # view -> quality overlay kind
 # The series each per-frame plot draws (SERIES keys; series of one scale share a plot).
 PLOT_PSNR = ("psnr", "subject_moved")
 PLOT_OTHER = ("ssim", "lpips", "ghost", "flip")

@@ -1,7 +1,7 @@
 """What the Compare tab reads of a pair: both clips' frames in lockstep, per-frame metric series, overlays.
 
 Nothing here invents a number. Per-frame series come from the pair's stored quality summary (made by
-studio/quality); heatmaps and ghost overlays are rendered by studio/quality from the two decoded frames. When the
+quality); heatmaps and ghost overlays are rendered by quality from the two decoded frames. When the
 quality module (or one of its functions) is missing, the view says "… not yet available" instead.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from studio.quality.summary import QualitySummary
+from quality.summary import QualitySummary
 from studio.ui.media import ClipCache, display_frame
 
 # Per-frame series the plots know, in display order: (key in the summary, label, unit, worse is higher?).
@@ -145,7 +145,7 @@ def gate_jumps(summary: QualitySummary | None) -> list[list[Any]]:
 
 
 class Overlays:
-    """Heatmap and ghost overlay of one frame, as rendered by studio.quality.
+    """Heatmap and ghost overlay of one frame, as rendered by quality.
 
     The quality module's OverlayCache writes the diff, ghost and FLIP overlays of every frame (one video per kind)
     when it compares a pair
@@ -163,14 +163,14 @@ class Overlays:
     def image(self, kind: str, summary: QualitySummary | None, frame: int) -> tuple[np.ndarray | None, str]:
         title = self.TITLES[kind]
         if self._quality_loader() is None:
-            return None, f"{title} {NOT_AVAILABLE} (studio.quality is not importable)."
+            return None, f"{title} {NOT_AVAILABLE} (quality is not importable)."
         paths = summary.overlay(kind) if summary else ()
         if not paths:
             return None, (f"{title} {NOT_AVAILABLE} for this pair: its metrics hold no overlay images "
                           f"(use “Compute metrics”).")
         if frame >= len(paths):
             return None, f"{title}: the quality module compared {len(paths)} frames; frame {frame} is beyond them."
-        from studio.quality.overlays import read_overlay_frame
+        from quality.overlays import read_overlay_frame
 
         image = read_overlay_frame(paths[frame], frame)
         if image is None:

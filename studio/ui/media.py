@@ -1,7 +1,7 @@
 """What the review UI shows of a stored clip: decoded frames, its soundtrack as WAV, spectrograms.
 
 Everything here is read back from the stored MP4 (the same bytes a reviewer downloads), never from the engine's
-in-memory tensors, so what the UI shows is what ships. Clips are decoded by studio.quality's read_clip (the one
+in-memory tensors, so what the UI shows is what ships. Clips are decoded by quality's read_clip (the one
 decoded-clip type, ClipData: the frames and sound the metrics were computed on) and cached per clip sha: moving
 the frame slider must not decode the video again.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from studio.quality import ClipData, read_clip
+from quality import ClipData, read_clip
 
 DISPLAY_MIN_WIDTH = 448  # nano clips are 224 px wide: show them at least 2× so single-pixel ghosts stay visible
 DISPLAY_MAX_SCALE = 4

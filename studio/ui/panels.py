@@ -7,7 +7,7 @@ import html
 from dataclasses import asdict
 from typing import Any
 
-from studio.quality.summary import GateResult, QualitySummary
+from quality.summary import GateResult, QualitySummary
 from studio.service import StudioService
 from studio.ui.compare_data import NOT_AVAILABLE, finite
 

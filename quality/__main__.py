@@ -1,4 +1,4 @@
-"""CLI: `python -m studio.quality compare BASELINE.mp4 CANDIDATE.mp4 [--json OUT] [--align] ...`
+"""CLI: `python -m quality compare BASELINE.mp4 CANDIDATE.mp4 [--json OUT] [--align] ...`
 
 Prints the JSON summary of compare_clips on stdout (and writes it to OUT with --json). A user error (unreadable
 file, mismatched pair without --align) prints `error: ...` on stderr and exits with code 2.
@@ -18,7 +18,7 @@ from .gates import Gates
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m studio.quality", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m quality", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cmp = sub.add_parser("compare", help="compare a candidate clip with its baseline")
     cmp.add_argument("baseline", help="baseline MP4 (any file PyAV reads)")

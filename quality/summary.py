@@ -44,7 +44,7 @@ class FrameMetrics:
     temporal_error: float | None = None
     flip: float | None = None
     ghost_away_from_subject: bool = False  # the detector fired here, but away from the subject: not counted
-    # the subject (studio/quality/subject.py); None where the baseline frame has no subject
+    # the subject (quality/subject.py); None where the baseline frame has no subject
     subject_present: float | None = None  # share of the baseline subject the candidate keeps
     subject_displacement_px: float | None = None
     subject_fragments: float | None = None  # pieces beyond the baseline's
@@ -71,7 +71,7 @@ class GateResult:
 
 @dataclass(frozen=True)
 class AudioSummary:
-    """Soundtrack comparison (studio/quality/audio.py)."""
+    """Soundtrack comparison (quality/audio.py)."""
 
     desync_ms: float | None
     correlation: float | None

@@ -5,10 +5,10 @@ temporal jitter, temporal consistency against the baseline and a ghost score wit
 distance, desync, loudness difference. A summary applies Sol-Engine-style gates and suggests a verdict for the
 reviewer. Knows nothing of the engine, db or UI.
 
-    from studio.quality import read_clip, compare_clips
+    from quality import read_clip, compare_clips
     summary = compare_clips(read_clip("base.mp4"), read_clip("cand.mp4")).summary()
 
-CLI: python -m studio.quality compare BASELINE.mp4 CANDIDATE.mp4 [--json OUT] [--align]
+CLI: python -m quality compare BASELINE.mp4 CANDIDATE.mp4 [--json OUT] [--align]
 """
 
 from .clipio import ClipData, read_clip, write_clip

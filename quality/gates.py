@@ -2,10 +2,10 @@
 
 Each gate returns {value, limit, passed, frames, text}: `frames` is the [start, end] the gate is about (a reason's
 jump-to-frame in Compare) and `text` the sentence the reviewer reads ("subject lost for frames 72-96"). Gates read
-per-frame series, not clip means, wherever a short defect matters (studio/quality/windows.py): the subject gates
+per-frame series, not clip means, wherever a short defect matters (quality/windows.py): the subject gates
 and FLIP use the worst window of `window_frames` frames, ghosting counts flagged frames inside one window.
 
-The subject gates (studio/quality/subject.py) come first: a subject that vanishes, moves, breaks up or changes
+The subject gates (quality/subject.py) come first: a subject that vanishes, moves, breaks up or changes
 colour is what whole-frame figures miss. Their limits, the window size and the ghost and sharpness limits were
 tuned on the calibration part of a labelled corpus of nano pairs (bench/subject_calibrate.py, BENCHMARKS.md
 "Subject gates"; the held-out part's figures are in bench/results/subject_heldout.json).
