@@ -66,9 +66,9 @@ class ServiceUnavailable(RuntimeError):
 
 
 def load_quality() -> ModuleType | None:
-    """quality: the service's default quality loader. Tests pass a loader that returns None (the studio
+    """The service's default quality loader: the quality package. Tests pass a loader that returns None (the studio
     without metrics: pairs complete, their metrics read "not yet available") or a stand-in module."""
-    import quality as quality
+    import quality
 
     return quality
 
