@@ -25,7 +25,7 @@ from studio.auth import Accounts, AuthFileError, load_accounts
 if TYPE_CHECKING:  # the studio modules import torch: build_app imports them, so --help stays instant
     from fastapi import FastAPI
 
-    from engine.engine import Engine
+    from engine import Engine
     from studio.remote import RemoteSpec
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the studio runs offline
@@ -81,11 +81,11 @@ def engine_loader(model: str | None, tiers_file: str | None, ulysses: int = 1,
 
     def load() -> Engine:
         if ulysses > 1:
-            from engine.parallel import ParallelEngine
+            from engine import ParallelEngine
 
             # Engine's interface, N worker processes
             return ParallelEngine(model, tiers_file, world=ulysses, sparse_backend=sparse_backend)
-        from engine.engine import Engine
+        from engine import Engine
 
         return Engine.load(model_path=model, tiers_file=tiers_file, sparse_backend=sparse_backend)
 
@@ -97,7 +97,7 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     """Everything the server runs, wired in the data-path order."""
     # Import the engine's module graph (torch, diffusers, transformers) on this thread before the loader thread
     # starts: two threads importing one package graph at once can see half-initialised modules.
-    import engine.engine  # noqa: F401
+    from engine import Engine  # noqa: F401
     from studio.api import create_app
     from studio.api_searches import install_search_routes
     from studio.api_uploads import install_upload_routes

@@ -163,7 +163,7 @@ def availability(tier: TierSpec, duration: float | None = None, steps: int | Non
     return True, ""
 
 
-def _spec_from_table(table: dict) -> TierSpec:
+def spec_from_table(table: dict) -> TierSpec:
     known = {f for f in TierSpec.__dataclass_fields__}
     unknown = sorted(set(table) - known)
     name = table.get("name", "?")
@@ -198,7 +198,7 @@ class TierTable:
             except (OSError, tomllib.TOMLDecodeError) as error:
                 raise RequestError("tiers_file", f"cannot read {path}: {error}") from None
             for raw in document.get("tier", []):
-                spec = _spec_from_table(raw)
+                spec = spec_from_table(raw)
                 if spec.lora and not Path(spec.lora.path).is_absolute():
                     spec = replace(spec, lora=replace(spec.lora, path=str((path.parent / spec.lora.path).resolve())))
                 table.add(spec)

@@ -41,8 +41,7 @@ from db.errors import (
     StorageFull,
     StoreError,
 )
-from engine.errors import RequestError
-from engine.request import validate_prompt
+from engine import RequestError, validate_prompt
 from studio.api_models import (
     ConfigurationList,
     ConfigurationObject,

@@ -42,7 +42,7 @@ def create_search_router(service: StudioService, accounts: Accounts | None = Non
 
     @router.get("/search-knobs", tags=["searches"], summary="Every knob a search can vary, with its declared range")
     def search_knobs() -> dict[str, Any]:
-        from engine.techniques import all_knobs
+        from engine import all_knobs
 
         return {"object": "list", "data": [k.to_dict() for k in all_knobs()]}
 

@@ -29,8 +29,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.datastructures import UploadFile
 from starlette.routing import Match
 
-from engine.conditioning import MAX_IMAGE_BYTES, MAX_REFERENCES
-from engine.errors import RequestError
+from engine import MAX_IMAGE_BYTES, MAX_REFERENCES, RequestError
 from studio.api import (
     PairCreate,
     VideoCreate,

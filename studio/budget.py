@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from engine.errors import RequestError
-from engine.interface import RequestPlan
-from engine.request import GenerationRequest
+from engine import GenerationRequest, RequestError, RequestPlan
 
 DEFAULT_MAX_JOB_SECONDS = 3600.0  # one H200 makes a 14.375 s, 50-step full-size clip in ~30 min (step_bench.md)
 DEFAULT_MAX_JOBS_PER_USER = 4  # two pairs queued or running; the default queue holds 8 waiting jobs

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from db.campaigns import CampaignStore, PendingItem
 from db.errors import DataDirReadOnly, StorageFull, StoreError
 from db.validate import MAX_SEED
-from engine.errors import RequestError
+from engine import RequestError
 from studio.jobs import QueueFull
 from studio.pairs import PAIR_FIELDS, plan_pair
 from studio.roles import OPEN, Actor
 
 if TYPE_CHECKING:
     from db import ApprovalRule, Store
-    from engine.interface import RequestPlan
+    from engine import RequestPlan
     from studio.remote import RemotePool
 
 

@@ -30,8 +30,7 @@ from typing import Any
 
 from db import ClipRecord, Store
 from db.errors import Conflict, DataDirReadOnly, NotFound, StorageFull
-from engine.errors import GenerationCancelled
-from engine.interface import GenerationEngine
+from engine import GenerationCancelled, GenerationEngine
 
 log = logging.getLogger(__name__)
 

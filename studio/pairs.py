@@ -24,9 +24,7 @@ from typing import Any
 from db import ClipRecord, PairRecord, Store, VideoRecord, tier_config_hash
 from db.errors import Conflict, NotFound
 from db.records import TERMINAL_STATUSES
-from engine.conditioning import INPUT_FIELDS
-from engine.errors import RequestError
-from engine.interface import RequestPlan
+from engine import INPUT_FIELDS, RequestError, RequestPlan
 from quality.summary import QualitySummary, SummaryError
 from studio.jobs import JobOutcome
 from studio.public_text import hide_paths

@@ -17,7 +17,7 @@ from pathlib import Path
 import av
 from PIL import Image
 
-from engine.errors import RequestError
+from engine import RequestError
 
 VARIANTS = ("video", "thumbnail", "spritesheet")
 MEDIA_TYPES = {"thumbnail": "image/webp", "spritesheet": "image/jpeg"}

@@ -31,12 +31,23 @@ from urllib.parse import urlparse
 
 import httpx
 
-from engine.canvases import FPS, RELEASED, canvas_size, frame_count
-from engine.errors import GenerationCancelled, RequestError
-from engine.interface import RequestPlan
-from engine.media import probe_mp4
-from engine.request import MAX_STEPS, MIN_STEPS, GenerationRequest, ModelLimits, validate_request
-from engine.sidecar import ClipSidecar, RemoteOrigin
+from engine import (
+    FPS,
+    MAX_STEPS,
+    MIN_STEPS,
+    RELEASED,
+    ClipSidecar,
+    GenerationCancelled,
+    GenerationRequest,
+    ModelLimits,
+    RemoteOrigin,
+    RequestError,
+    RequestPlan,
+    canvas_size,
+    frame_count,
+    probe_mp4,
+    validate_request,
+)
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from db.errors import Conflict, NotFound
-from engine.errors import GenerationCancelled, RequestError
-from engine.tiers import TierSpec, with_knobs
+from engine import GenerationCancelled, RequestError, TierSpec, with_knobs
 from studio.roles import OPEN, Actor
 
 if TYPE_CHECKING:
@@ -210,7 +209,7 @@ class SearchManager:
 
     def _engine(self):
         engine = self.service.engine  # ServiceUnavailable (503) while it loads
-        from engine.engine import Engine
+        from engine import Engine
 
         if not isinstance(engine, Engine):
             raise Conflict("engine", "searches run on the in-process engine; this server's engine is "
@@ -385,7 +384,7 @@ class SearchManager:
     def attach(self, engine: Any) -> None:
         """A newly attached engine serves again the candidates earlier servers registered (their campaigns and
         worst pairs name them). Called by StudioService before its job queue starts."""
-        from engine.engine import Engine
+        from engine import Engine
 
         if not isinstance(engine, Engine):
             return

@@ -32,11 +32,17 @@ from db import ApprovalRule, ClipRecord, PairRecord, Store, VerdictRecord, Video
 from db.errors import Conflict, NotFound, StoreError
 from db.inputs import InputFiles
 from db.records import DECISIONS, REASONS, TERMINAL_STATUSES
-from engine.canvases import RELEASED, ModelCanvas
-from engine.errors import RequestError
-from engine.interface import ModelEngine, RequestPlan
-from engine.labels import model_label
-from engine.request import ASPECT_RATIOS, GenerationRequest, validate_duration
+from engine import (
+    ASPECT_RATIOS,
+    RELEASED,
+    GenerationRequest,
+    ModelCanvas,
+    ModelEngine,
+    RequestError,
+    RequestPlan,
+    model_label,
+    validate_duration,
+)
 from studio.blind import BlindService
 from studio.budget import DEFAULT_MAX_JOB_SECONDS, check_job_time
 from studio.campaigns import CampaignRunner

@@ -27,8 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from db.errors import Conflict, NotFound
-from engine.errors import RequestError
-from engine.trajectory import Trajectory, pool_video, sol_series
+from engine import RequestError, Trajectory, pool_video, sol_series
 from quality.analysis import analysis_factor
 from quality.clipio import read_clip
 from quality.subject import SubjectParams, subject_mask

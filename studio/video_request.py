@@ -22,9 +22,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from engine.canvases import FPS, ModelCanvas, canvas_size, duration_for_frames, frame_count, request_for_size
-from engine.errors import RequestError
-from engine.request import REFUSED_FIELDS, ModelLimits, validate_duration
+from engine import (
+    FPS,
+    REFUSED_FIELDS,
+    ModelCanvas,
+    ModelLimits,
+    RequestError,
+    canvas_size,
+    duration_for_frames,
+    frame_count,
+    request_for_size,
+    validate_duration,
+)
 
 MIN_SGLANG_STEPS, MAX_SGLANG_STEPS = 2, 101  # N sigma points = N - 1 forwards; the engine runs 1..100 forwards
 TASKS_SERVED_BY_JSON = ("t2va",)

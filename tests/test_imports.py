@@ -15,6 +15,8 @@ import ast
 import graphlib
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,8 @@ FORBIDDEN = {
     # quality judges clips (arrays, files); studio, bench and train use it, and it never needs a model or a store
     "quality": ("engine", "kernels", "db", "studio", "app", "bench", "train"),
 }
+# importer prefix -> packages it may use only through their __init__ (the package's public interface)
+PUBLIC_ONLY = {"studio": ("engine",), "app": ("engine",)}
 
 
 def project_modules(root: Path) -> dict[str, Path]:
@@ -109,6 +113,17 @@ def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
     return bad
 
 
+def private_reaches(graph: dict[str, set[str]]) -> list[str]:
+    """'importer -> imported' for every edge past a package's public interface (PUBLIC_ONLY)."""
+    bad = []
+    for importer, targets in sorted(graph.items()):
+        for prefix, packages in PUBLIC_ONLY.items():
+            if importer == prefix or importer.startswith(prefix + "."):
+                bad.extend(f"{importer} -> {t}" for t in sorted(targets)
+                           if any(t.startswith(p + ".") for p in packages))
+    return bad
+
+
 def long_modules(root: Path, limit: int = LINE_LIMIT) -> dict[str, int]:
     """Project file (relative path) -> line count, for files over `limit` lines."""
     counts = {str(path.relative_to(root)): len(path.read_text().splitlines())
@@ -147,6 +162,22 @@ def test_project_has_no_import_cycle():
 
 def test_imports_run_one_way():
     assert forbidden_imports(import_graph(ROOT)) == []
+
+
+def test_studio_uses_only_the_engines_public_interface():
+    assert private_reaches(import_graph(ROOT)) == [], "export the name from engine/__init__.py and import it from there"
+
+
+def test_engine_public_names_resolve_and_import_engine_stays_cheap():
+    import engine
+
+    for name in engine.__all__:
+        assert getattr(engine, name) is not None, name
+    with pytest.raises(AttributeError, match="public names"):
+        _ = engine.not_a_name
+    cheap = subprocess.run([sys.executable, "-c", "import sys, engine; print('torch' in sys.modules)"],
+                           cwd=ROOT, capture_output=True, text=True, check=True)
+    assert cheap.stdout.strip() == "False"
 
 
 def test_no_module_over_the_line_limit():
@@ -200,6 +231,15 @@ def test_engine_importing_studio_or_db_is_reported(tmp_path):
         "db/__init__.py": "",
     })
     assert forbidden_imports(import_graph(root)) == ["engine.a -> studio.service", "kernels.k -> db"]
+
+
+def test_studio_reaching_past_the_engines_interface_is_reported(tmp_path):
+    root = _tree(tmp_path, {
+        "engine/__init__.py": "", "engine/a.py": "Y = 1\n",
+        "studio/__init__.py": "", "studio/ok.py": "from engine import Y\n", "studio/bad.py": "from engine.a import Y\n",
+        "app.py": "import engine.a\n",
+    })
+    assert private_reaches(import_graph(root)) == ["app -> engine.a", "studio.bad -> engine.a"]
 
 
 def test_long_modules_are_listed(tmp_path):

@@ -19,7 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
-from engine.errors import RequestError
+from engine import RequestError
 
 DEFAULT_DATA_DIR = "data"
 
@@ -39,7 +39,7 @@ def _progress(event: dict) -> None:
 
 
 def _engine_run(args, cancelled: threading.Event):
-    from engine.engine import Engine
+    from engine import Engine
 
     from .evaluate import EngineEvaluator
     from .study import SearchRun
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(args) -> dict:
-    from engine.techniques import all_knobs
+    from engine import all_knobs
 
     from .spec import SearchSpec
     from .study import load, names, report

@@ -16,8 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
-from engine.cache import most_hits
-from engine.tiers import DEFAULT_TIERS, TierPlan, TierSpec
+from engine import DEFAULT_TIERS, TierPlan, TierSpec, most_hits
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 LAYERS = 50

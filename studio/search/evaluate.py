@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from engine.tiers import TierSpec, TierTable
+from engine import TierSpec, TierTable
 
 QUALITY_FIGURES = ("subject_present", "subject_flip", "lpips_delta", "flip", "psnr_mean")
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import RequestError
-from engine.techniques import Knob, knob
+from engine import Knob, RequestError, knob
 
 RANGE_FIELDS = ("low", "high", "log", "choices")
 

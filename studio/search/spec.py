@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import RequestError
+from engine import RequestError
 from studio.campaigns import PROMPTS_DIR, parse_prompts, prompt_suites
 
 from .space import SearchSpace

@@ -35,8 +35,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from engine.errors import RequestError
-from engine.tiers import DEFAULT_TIERS, TierSpec, with_knobs
+from engine import DEFAULT_TIERS, RequestError, TierSpec, with_knobs
 
 from .cost import CACHE_NOTE, DEFAULT_DURATION_S, LABEL, modelled_or_reason
 from .evaluate import CaseResult, Evaluator

@@ -21,8 +21,7 @@ from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.errors import RequestError
-from engine.tiers import TierSpec, TierTable, _spec_from_table, check_tier
+from engine import RequestError, TierSpec, TierTable, check_tier, spec_from_table
 
 __all__ = ["check_tier", "file_form", "record_toml", "save_tier", "search_records", "tier_from_dict", "tier_toml"]
 
@@ -32,7 +31,7 @@ RECORDS = "search_record"
 def tier_from_dict(data: dict[str, Any]) -> TierSpec:
     """TierSpec.to_dict()'s output back into a TierSpec (through the tiers file's own table reader)."""
     table = {key: value for key, value in data.items() if value is not None}
-    return _spec_from_table(table)
+    return spec_from_table(table)
 
 
 def _value(value: Any) -> str:

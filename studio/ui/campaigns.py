@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from db.errors import StoreError
-from engine.errors import RequestError
+from engine import RequestError
 from studio.auth import Accounts
 from studio.roles import Forbidden
 from studio.service import ServiceUnavailable, StudioService

@@ -7,7 +7,7 @@ from typing import Any
 
 import gradio as gr
 
-from engine.labels import RANDOM_WEIGHTS
+from engine import RANDOM_WEIGHTS
 from studio.auth import Accounts
 from studio.roles import OPEN, Actor
 from studio.service import StudioService

@@ -17,8 +17,7 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from engine.conditioning import IMAGE_FORMATS, MAX_REFERENCES
-from engine.errors import RequestError
+from engine import IMAGE_FORMATS, MAX_REFERENCES, RequestError
 from studio.ui.common import error_slot
 
 NANO_NOTE = ("The embedded nano was trained for these tasks: it starts from a first frame (within 16 px on 20 of 20 "
@@ -101,7 +100,7 @@ def conditioning_items(request: dict[str, Any], read_input, first_frames: dict[s
     difference only (the engine encodes it at its own size), against the first and the last frame."""
     from PIL import Image
 
-    from engine.tasks import keyframes_on_canvas
+    from engine import keyframes_on_canvas
 
     inputs = request.get("inputs") or {}
     if not inputs:

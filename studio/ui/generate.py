@@ -15,9 +15,7 @@ from typing import Any
 import gradio as gr
 
 from db.errors import StoreError
-from engine.errors import RequestError
-from engine.labels import RANDOM_WEIGHTS
-from engine.request import ModelLimits, validate_duration
+from engine import RANDOM_WEIGHTS, ModelLimits, RequestError, validate_duration
 from studio.auth import Accounts
 from studio.jobs import CANCELLED_MESSAGE, QueueFull
 from studio.roles import Actor, Forbidden
@@ -313,7 +311,7 @@ def _options(service: StudioService) -> dict[str, Any]:
     try:
         return service.options()
     except ServiceUnavailable:
-        from engine.request import ASPECT_RATIOS, ModelLimits
+        from engine import ASPECT_RATIOS, ModelLimits
 
         limits = ModelLimits()
         return {"min_duration": limits.min_duration, "max_duration": limits.max_duration,

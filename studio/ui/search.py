@@ -25,7 +25,7 @@ import gradio as gr
 import pandas as pd
 
 from db.errors import StoreError
-from engine.errors import RequestError
+from engine import RequestError
 from studio.auth import Accounts
 from studio.roles import Forbidden
 from studio.service import ServiceUnavailable, StudioService
@@ -88,7 +88,7 @@ def spec_payload(name, base_tier, knobs, suite, prompts, prompt_count, seeds, ca
 
 
 def knobs_html() -> str:
-    from engine.techniques import all_knobs
+    from engine import all_knobs
 
     rows = []
     for knob in all_knobs():

@@ -24,8 +24,7 @@ import gradio as gr
 import numpy as np
 
 from db.errors import StoreError
-from engine.errors import RequestError
-from engine.trajectory import Trajectory
+from engine import RequestError, Trajectory
 from studio.service import StudioService
 from studio.trajectory import THRESHOLD, align
 from studio.ui.common import error_html
