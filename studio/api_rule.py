@@ -27,8 +27,8 @@ def add_rule_routes(router: APIRouter, service: StudioService, current_user: Cal
     @router.get("/approval-rule", tags=["review"], summary="The approval rule and every earlier one",
                 response_model=with_history)
     def approval_rule() -> dict[str, Any]:
-        rule, version = service.store.approval_rule_version()
-        return {**rule.as_dict(), "version": version, "history": service.store.approval_rule_history()}
+        rule, version = service.approval_rule_version()
+        return {**rule.as_dict(), "version": version, "history": service.approval_rule_history()}
 
     @router.put("/approval-rule", tags=["review"], summary="Admin only: change the approval rule",
                 response_model=rule_object)

@@ -516,6 +516,15 @@ class StudioService:
         """A pair with both clips, timings, speed-ups, cost, metrics and verdicts (NotFound naming pair_id)."""
         return self._pair_view(self.store.get_pair(pair_id))
 
+    def pair_record(self, pair_id: str) -> PairRecord:
+        """The stored pair alone (NotFound naming pair_id): no clips, verdicts or prompt notes, so cheap enough for
+        the UI's polls of a pair's status."""
+        return self.store.get_pair(pair_id)
+
+    def pair_records(self, status: str | None = None, limit: int | None = None) -> list[PairRecord]:
+        """Stored pairs newest first, optionally by status (as pair_record: without their views)."""
+        return self.store.list_pairs(status=status, limit=limit)
+
     def list_pairs(self, status: str | None = None, configuration_key: str | None = None,
                    **page: Any) -> list[PairView]:
         """Pairs newest first, optionally by status and configuration; ``page``: Store.list_pairs' after, limit."""
@@ -634,6 +643,19 @@ class StudioService:
     @property
     def approval_rule(self) -> ApprovalRule:
         return self.store.approval_rule
+
+    def approval_rule_version(self) -> tuple[ApprovalRule, int]:
+        """(the rule in force, its version): the version counts the rules admins set (0: the default applies)."""
+        return self.store.approval_rule_version()
+
+    def approval_rule_history(self) -> list[dict[str, Any]]:
+        """Every rule an admin set, oldest first: the rule's fields plus version, changed_by and created_at."""
+        return self.store.approval_rule_history()
+
+    def approved_pairs(self) -> list[PairRecord]:
+        """Pairs fit to export (the rule the exporter applies): completed, in an approved configuration, with a
+        standing accept and no standing reject."""
+        return self.store.approved_pairs()
 
     @property
     def rule_class(self) -> type[ApprovalRule]:

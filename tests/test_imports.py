@@ -153,6 +153,27 @@ def path_edits(root: Path) -> list[str]:
     return found
 
 
+# The REST routes and the Gradio UI call StudioService's methods; the store behind it is the service's own business
+# (issue 41 item 5). Files matched by these globs may not reach `<...>service.store`.
+SERVICE_CLIENTS = ("studio/routes/**/*.py", "studio/api*.py", "studio/ui/**/*.py")
+
+
+def store_reaches(root: Path) -> list[str]:
+    """'file:line' for every attribute chain ending in `service.store` (service.store.x, self.service.store, ...)
+    in a SERVICE_CLIENTS file."""
+    found = []
+    for pattern in SERVICE_CLIENTS:
+        for path in sorted(root.glob(pattern)):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not (isinstance(node, ast.Attribute) and node.attr == "store"):
+                    continue
+                owner = node.value
+                if (isinstance(owner, ast.Name) and owner.id == "service") or \
+                        (isinstance(owner, ast.Attribute) and owner.attr == "service"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
 # ------------------------------------------------------------------------------------------------ the project
 
 
@@ -185,6 +206,10 @@ def test_no_module_over_the_line_limit():
     assert {name: count for name, count in over.items() if name not in OVER_LIMIT} == {}, \
         f"split these modules (limit {LINE_LIMIT} lines)"
     assert sorted(set(OVER_LIMIT) - set(over)) == [], "now under the limit: remove them from OVER_LIMIT"
+
+
+def test_routes_and_ui_reach_the_store_only_through_the_service():
+    assert store_reaches(ROOT) == [], "add a StudioService method for what the route or tab needs and call it"
 
 
 def test_no_script_edits_sys_path():
@@ -245,6 +270,18 @@ def test_studio_reaching_past_the_engines_interface_is_reported(tmp_path):
 def test_long_modules_are_listed(tmp_path):
     root = _tree(tmp_path, {"engine/__init__.py": "", "engine/big.py": "x = 1\n" * 801, "engine/ok.py": "x = 1\n"})
     assert long_modules(root) == {"engine/big.py": 801}
+
+
+def test_store_reaches_are_found_in_routes_and_ui(tmp_path):
+    root = _tree(tmp_path, {
+        "studio/routes/rule.py": "def f(service):\n    return service.store.approval_rule_version()\n",
+        "studio/ui/tab.py": "class T:\n    def f(self):\n        x = 1\n        return self.service.store\n",
+        "studio/ui/ok.py": "def f(service, store):\n    return service.approval_rule_version(), store.x\n",
+        "studio/api_x.py": "def f(app):\n    return app.service.store.get_pair('p')\n",
+        "studio/service.py": "class S:\n    def f(self):\n        return self.store.get_pair('p')\n",
+        "studio/searches.py": "def f(self):\n    return self.service.store\n",
+    })
+    assert store_reaches(root) == ["studio/routes/rule.py:2", "studio/api_x.py:2", "studio/ui/tab.py:4"]
 
 
 def test_sys_path_edits_are_found_outside_tests(tmp_path):

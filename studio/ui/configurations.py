@@ -22,7 +22,7 @@ CONFIG_HEADERS = ["configuration", "tier", "steps", "duration s", "status", "acc
 
 
 def build_configurations_tab(service: StudioService, accounts: Accounts | None = None) -> dict[str, Any]:
-    rule, version = service.store.approval_rule_version()
+    rule, version = service.approval_rule_version()
     criteria = service.rule_class.criteria()  # the form is built from the rule's declaration (db/rule.py)
     rule_text = gr.Markdown(_rule_text(service), elem_id="h3-rule-text")
     with gr.Accordion("Change the approval rule (admins)", open=False, elem_id="h3-rule-editor"):
@@ -86,7 +86,7 @@ def build_configurations_tab(service: StudioService, accounts: Accounts | None =
 
     def refresh_rule():
         """The rule text, its history, and the editor's fields with the version they show."""
-        current, current_version = service.store.approval_rule_version()
+        current, current_version = service.approval_rule_version()
         return (_rule_text(service), _rule_rows(service), *[getattr(current, c.name) for c in criteria],
                 current_version)
 
@@ -110,7 +110,7 @@ def _rule_text(service: StudioService) -> str:
 def _rule_rows(service: StudioService) -> list[list[Any]]:
     criteria = service.rule_class.criteria()
     return [[h["created_at"][:19].replace("T", " "), h["changed_by"], *[h[c.name] for c in criteria]]
-            for h in reversed(service.store.approval_rule_history())]
+            for h in reversed(service.approval_rule_history())]
 
 
 def _config_row(config: dict[str, Any]) -> list[Any]:

@@ -29,7 +29,7 @@ def build_export_tab(service: StudioService, media: MediaDir) -> dict[str, Any]:
     download = gr.File(label="Export zip", interactive=False, elem_id="h3-export-file")
 
     def approved_choices():
-        pairs = service.store.approved_pairs()  # the same rule the exporter applies
+        pairs = service.approved_pairs()  # the same rule the exporter applies
         return gr.update(choices=[(f"{p.tier_name} · “{p.prompt[:40]}” · seed {p.seed} · {p.id[-6:]}", p.id)
                                   for p in pairs], value=[])
 

@@ -416,7 +416,7 @@ def _running(service: StudioService, pair_id: str | None) -> bool:
     if pair_id == SUBMITTING:
         return True
     try:
-        return service.store.get_pair(pair_id).status not in ("completed", "failed")
+        return service.pair_record(pair_id).status not in ("completed", "failed")
     except StoreError:
         return False
 
@@ -434,7 +434,7 @@ def page_status_html(service: StudioService, pair_id: str | None) -> str:
     if not pair_id or pair_id == SUBMITTING:
         return ""
     try:
-        pair = service.store.get_pair(pair_id)
+        pair = service.pair_record(pair_id)
     except StoreError:
         return ""
     return (f"<div class='h3-readout'>This page's pair <code>{pair.id[-6:]}</code>: <b>{_status_word(pair)}</b>"
@@ -447,8 +447,8 @@ MAX_FAILED_LISTED = 10
 def active_pairs_html(service: StudioService) -> str:
     """Every queued or running pair, then the latest failed or cancelled ones, with who submitted them."""
     try:
-        unfinished = service.store.list_pairs(status="in_progress") + service.store.list_pairs(status="queued")
-        failed = service.store.list_pairs(status="failed", limit=MAX_FAILED_LISTED)
+        unfinished = service.pair_records(status="in_progress") + service.pair_records(status="queued")
+        failed = service.pair_records(status="failed", limit=MAX_FAILED_LISTED)
     except Exception:  # noqa: BLE001 - the list is a convenience; a read error must not break the page
         return ""
     if not unfinished and not failed:
@@ -464,7 +464,7 @@ def active_pairs_html(service: StudioService) -> str:
 def unfinished_choices(service: StudioService) -> list[tuple[str, str]]:
     """Queued and running pairs (anyone's: the cancel checks who may)."""
     try:
-        pairs = service.store.list_pairs(status="in_progress") + service.store.list_pairs(status="queued")
+        pairs = service.pair_records(status="in_progress") + service.pair_records(status="queued")
     except Exception:  # noqa: BLE001 - see active_pairs_html
         return []
     return [(f"{_status_word(p)} · {p.tier_name} · “{p.prompt[:40]}” · seed {p.seed} · {p.id[-6:]}", p.id)

@@ -70,7 +70,7 @@ def trajectory_data(result: dict[str, Any], base: Trajectory, cand: Trajectory) 
 def load_data(service: StudioService, pair_id: str, threshold: Any = THRESHOLD) -> TrajectoryData:
     """A recorded, completed pair's TrajectoryData (StoreError/RequestError naming why not)."""
     result = service.pair_trajectory(pair_id, THRESHOLD if threshold in (None, "") else threshold)
-    base, cand, _ = service.trajectories.load(service.store.get_pair(pair_id))
+    base, cand, _ = service.trajectories.load(service.pair_record(pair_id))
     return trajectory_data(result, base, cand)
 
 
