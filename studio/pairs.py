@@ -1,6 +1,7 @@
 """The pair state machine: a same-seed baseline and candidate, from two planned requests to a compared pair.
 
-    submit → records (pair queued, its two videos; a stored or in-flight baseline is shared, not generated again)
+    submit → slots reserved in the dispatcher's queues (studio/dispatch.py; all or nothing)
+           → records (pair queued, its two videos; a stored or in-flight baseline is shared, not generated again)
            → jobs → first video starts: in_progress → a video fails: failed
                                                       → both completed: compared (quality thread) → completed
 
@@ -16,7 +17,6 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,6 +26,7 @@ from db.errors import Conflict, NotFound
 from db.records import TERMINAL_STATUSES
 from engine import INPUT_FIELDS, RequestError, RequestPlan
 from quality.summary import QualitySummary, SummaryError
+from studio.dispatch import Dispatcher, video_request
 from studio.jobs import JobOutcome
 from studio.public_text import hide_paths
 from studio.review import configuration_snapshot
@@ -42,11 +43,6 @@ TARGET_FIELDS = ("duration_seconds", "aspect_ratio", "short_edge")
 _TARGET_RENAMES = {name: f"target.{name}" for name in TARGET_FIELDS}
 _BASELINE_RENAMES = {**_TARGET_RENAMES, "steps": "baseline_steps", "tier": "tier"}
 _CANDIDATE_RENAMES = {**_TARGET_RENAMES}
-
-# enqueue(plan, video_id, trajectory): put a planned job (recording its trajectory or not) in the slot reserved for it
-Enqueue = Callable[[RequestPlan, str, bool], None]
-Reserve = Callable[[list[RequestPlan]], AbstractContextManager[Enqueue]]
-VideoRequest = Callable[..., dict[str, Any]]
 
 
 def plan_pair(payload: Any, plan: Callable[[dict[str, Any]], RequestPlan]) -> tuple[RequestPlan, RequestPlan]:
@@ -65,12 +61,14 @@ def plan_pair(payload: Any, plan: Callable[[dict[str, Any]], RequestPlan]) -> tu
 
 
 class PairFlow:
-    """Pairs from their records to completion, over one store; ``lock`` is the service's (it also serialises
-    submissions)."""
+    """Pairs from their records to completion, over one store; their jobs go through ``dispatcher``'s queues,
+    whose listeners are this flow's ``video_started`` and ``video_finished``. ``lock`` is the service's (it also
+    serialises submissions)."""
 
     def __init__(self, store: Store, overlay_dir: Path, quality_loader: Callable[[], ModuleType | None],
-                 lock: threading.RLock):
+                 lock: threading.RLock, dispatcher: Dispatcher):
         self.store, self.overlay_dir, self.quality_loader = store, overlay_dir, quality_loader
+        self.dispatcher = dispatcher
         self._lock = lock  # guards _waiting and _inflight_baselines
         self._waiting: dict[str, set[str]] = {}  # in-flight video id → pair ids waiting for it
         self._inflight_baselines: dict[tuple, str] = {}  # baseline identity → queued/running video id
@@ -82,14 +80,14 @@ class PairFlow:
 
     # ----------------------------------------------------------------------------------- creating
 
-    def create(self, baseline: RequestPlan, candidate: RequestPlan, reserve: Reserve, video_request: VideoRequest,
-               submitted_by: str | None = None, trajectory: dict[str, int] | None = None) -> PairRecord:
+    def create(self, baseline: RequestPlan, candidate: RequestPlan, submitted_by: str | None = None,
+               owner: str | None = None, trajectory: dict[str, int] | None = None) -> PairRecord:
         """Records first, jobs last: a job may finish at once, and its pair must already be waiting for it.
 
-        ``reserve(plans)`` reserves queue slots for the jobs to run (all or nothing) and yields ``enqueue``;
-        ``video_request(plan, **extra)`` is the request JSON stored with a video. ``trajectory``: record both runs'
-        denoising trajectories; {"baseline": bytes bound, "candidate": bytes bound}, stored with each video's
-        request. A baseline is then shared or reused only when its trajectory is (being) recorded too."""
+        Queue slots for the jobs to run are reserved first, in ``owner``'s share (None: no share), all or nothing
+        (QueueFull or UserShareFull before anything is stored). ``trajectory``: record both runs' denoising
+        trajectories; {"baseline": bytes bound, "candidate": bytes bound}, stored with each video's request. A
+        baseline is then shared or reused only when its trajectory is (being) recorded too."""
         recording = trajectory is not None
         with self._lock:
             identity = _baseline_identity(baseline)
@@ -107,12 +105,13 @@ class PairFlow:
             request = candidate.request
             target = {"duration_seconds": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
                       "short_edge": request.short_edge}
-            with reserve([candidate] if shared_id or reusable else [baseline, candidate]) as enqueue:
+            jobs = [candidate] if shared_id or reusable else [baseline, candidate]
+            with self.dispatcher.reserve(jobs, owner) as slots:
                 pair = self.store.create_pair(request.prompt, request.seed, request.tier,
                                               configuration_snapshot(candidate, baseline), target, candidate.model_id)
                 try:
                     baseline_id, new_baseline = (shared_id, False) if shared_id else \
-                        self._baseline_video(baseline, reusable, pair.id, video_request, recorded["baseline"])
+                        self._baseline_video(baseline, reusable, pair.id, recorded["baseline"])
                     candidate_record = self.store.create_video(
                         video_request(candidate, source="pair", pair_id=pair.id, role="candidate",
                                       submitted_by=submitted_by, **recorded["candidate"]), request.tier,
@@ -123,15 +122,15 @@ class PairFlow:
                             self._waiting.setdefault(video_id, set()).add(pair.id)
                     if new_baseline:
                         self._inflight_baselines[inflight] = baseline_id
-                        enqueue(baseline, baseline_id, recording)
-                    enqueue(candidate, candidate_record.id, recording)
+                        slots.enqueue(baseline, baseline_id, recording)
+                    slots.enqueue(candidate, candidate_record.id, recording)
                 except Exception as error:
                     self.store.update_pair(pair.id, status="failed", error=f"could not queue the pair: {error}")
                     raise
             return pair
 
     def _baseline_video(self, baseline: RequestPlan, reusable: ClipRecord | None, pair_id: str,
-                        video_request: VideoRequest, recorded: dict[str, Any]) -> tuple[str, bool]:
+                        recorded: dict[str, Any]) -> tuple[str, bool]:
         """The baseline's video id and whether it needs a job: a new record (True), or (False) a completed
         record pointing at the stored clip."""
         request = baseline.request

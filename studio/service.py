@@ -7,8 +7,8 @@ It owns the data path from a request to an exported clip, and nothing of HTTP or
     pair: baseline + candidate → both completed → quality comparison → pair completed → verdicts → approval
           → export
 
-The pair state machine is studio/pairs.py and the views are studio/views.py; this module wires the engine, the
-job queues, the store and the pairs together.
+The pair state machine is studio/pairs.py, the job queues and what goes in which are studio/dispatch.py and the
+views are studio/views.py; this module wires the engine, the dispatcher, the store and the pairs together.
 
 Errors a user can cause are raised as ``engine.errors.RequestError`` or ``db.errors.StoreError`` (both name the
 field), ``QueueFull`` when the backlog is full and ``ServiceUnavailable`` while the engine is still loading (or
@@ -18,12 +18,10 @@ wait for the engine, so they stay fast while a clip is being generated.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -46,12 +44,13 @@ from engine import (
 from studio.blind import BlindService
 from studio.budget import DEFAULT_MAX_JOB_SECONDS, check_job_time
 from studio.campaigns import CampaignRunner
+from studio.dispatch import Dispatcher, queue_owner, video_request
 from studio.export import export_pairs
-from studio.jobs import CANCELLED_MESSAGE, Job, JobOutcome, JobQueue, QueueFull, Reservation
+from studio.jobs import CANCELLED_MESSAGE, JobOutcome, JobQueue, QueueFull
 from studio.pairs import BASELINE_TIER, QUALITY_UNAVAILABLE, PairFlow, plan_pair
 from studio.previews import preview
 from studio.public_text import hide_paths
-from studio.remote import RemoteError, RemoteJob, RemotePool, RemoteUnavailable
+from studio.remote import RemoteError, RemotePool, RemoteUnavailable
 from studio.roles import OPEN, Actor
 from studio.searches import SearchManager
 from studio.trajectory import THRESHOLD, PairTrajectories
@@ -118,20 +117,17 @@ class StudioService:
         self.remotes = remotes
         self._quality_loader = quality_loader
         self._engine: ModelEngine | None = None
-        self._queue: JobQueue | None = None
         self._load_error: str | None = None
         self._loading = False
         self._closed = False
         self._lock = threading.RLock()  # serialises engine attachment and submissions (the pairs share it)
-        self.pairs = PairFlow(store, config.overlay_dir, quality_loader, self._lock)
+        # The queues (the in-process engine's once attached, one per remote tier) and what goes in which.
+        self.dispatcher = Dispatcher(store, config.queue_size, config.max_jobs_per_user, remotes)
+        self.pairs = PairFlow(store, config.overlay_dir, quality_loader, self._lock, self.dispatcher)
         self.blind = BlindService(store)  # blind A/B reviews (studio/blind.py)
         self.trajectories = PairTrajectories(store)  # recorded pairs' trajectories (studio/trajectory.py)
         self.searches = SearchManager(self, tiers_file=config.tiers_file)  # configuration searches (studio/searches.py)
-        self._remote_queues = {
-            tier: JobQueue(remotes.engine(tier), store, config.queue_size, on_start=self.pairs.video_started,
-                           on_finish=self.pairs.video_finished, workers=len(remotes.servers(tier)),
-                           name=f"remote-{tier}", max_per_user=config.max_jobs_per_user)
-            for tier in (remotes.tiers if remotes else ())}
+        self.dispatcher.start(on_start=self.pairs.video_started, on_finish=self.pairs.video_finished)
         self._resume_remote_jobs(store.resumable_videos)
         if engine is not None:
             self.attach_engine(engine)
@@ -161,22 +157,10 @@ class StudioService:
         self.pairs.wait_again(videos)
         for video in videos:
             try:
-                self._resubmit_remote(video)
+                self.dispatcher.resume(video)
             except (QueueFull, RemoteError) as error:
                 self.store.update_video(video.id, status="failed", error=f"not resumed after the restart: {error}")
                 self.pairs.video_finished(JobOutcome(video.id, "failed", error=str(error)))
-
-    def _resubmit_remote(self, video: VideoRecord) -> None:
-        server = video.remote["server"]
-        queue = self._remote_queues.get(video.tier)
-        if queue is None or self.remotes.server(server) is None:
-            raise RemoteError(f"remote {server!r} made this video, but the studio now has no remote {server!r} "
-                              f"for tier {video.tier!r} (see --remotes)")
-        request = GenerationRequest(**{f.name: video.request[f.name] for f in fields(GenerationRequest)
-                                       if f.name in video.request})
-        queue.submit(video.id, RemoteJob(request, self.remotes.tier_config(video.tier, request.steps),
-                                         resume=video.remote))
-        log.info("resuming video %s on remote %s (its video %s)", video.id, server, video.remote["video_id"])
 
     # --------------------------------------------------------------------------------------- engine
 
@@ -186,9 +170,7 @@ class StudioService:
             if self._engine is not None:
                 raise RuntimeError("an engine is already attached")
             self.searches.attach(engine)  # candidates queued for review are served again, before any job runs
-            self._queue = JobQueue(engine, self.store, self.config.queue_size,
-                                   on_start=self.pairs.video_started, on_finish=self.pairs.video_finished,
-                                   max_per_user=self.config.max_jobs_per_user)
+            self.dispatcher.attach(engine)
             self._engine = engine
             self._loading = False
 
@@ -233,33 +215,8 @@ class StudioService:
     @property
     def queue(self) -> JobQueue:
         self.engine  # noqa: B018 - raises ServiceUnavailable while loading
-        assert self._queue is not None
-        return self._queue
-
-    def _queue_of(self, planned: RequestPlan) -> JobQueue:
-        return self._remote_queues[planned.request.tier] if planned.remote else self.queue
-
-    def _all_queues(self) -> list[JobQueue]:
-        return [q for q in (self._queue, *self._remote_queues.values()) if q is not None]
-
-    @contextlib.contextmanager
-    def _reserve(self, planned: list[RequestPlan],
-                 owner: str | None = None) -> Iterator[Callable[[RequestPlan, str], None]]:
-        """Reserve a slot for each planned job in its engine's queue, in ``owner``'s share (all or nothing:
-        QueueFull or UserShareFull otherwise) and yield ``enqueue(planned, video_id)``."""
-        queues = [self._queue_of(p) for p in planned]
-        with contextlib.ExitStack() as stack:
-            reservations: dict[int, Reservation] = {}
-            for queue in queues:
-                if id(queue) not in reservations:
-                    reservations[id(queue)] = stack.enter_context(queue.reserve(sum(q is queue for q in queues),
-                                                                                owner))
-
-            def enqueue(item: RequestPlan, video_id: str, trajectory: bool = False) -> None:
-                job_request = _job_request(item, functools.partial(self.store.set_video_remote, video_id))
-                reservations[id(self._queue_of(item))].enqueue(Job(video_id, job_request, trajectory=trajectory))
-
-            yield enqueue
+        assert self.dispatcher.local is not None
+        return self.dispatcher.local
 
     @property
     def model_name(self) -> str:
@@ -279,7 +236,7 @@ class StudioService:
             return {"status": "loading"}
         health = {"status": "ok", "model": self.model_name, "model_id": self._engine.model_id,
                   **model_label(self._engine.untrained),
-                  "queue": self._queue.snapshot() if self._queue else None,
+                  "queue": self.dispatcher.local.snapshot() if self.dispatcher.local else None,
                   "quality": "available" if self._quality_loader() else QUALITY_UNAVAILABLE}
         if self.remotes is not None:
             health["remotes"] = self.remotes_status()
@@ -289,7 +246,7 @@ class StudioService:
         """Every --remotes server: spec (no secret), health, model, jobs in flight, plus its tier's queue."""
         if self.remotes is None:
             return []
-        return [{**row, "queue": self._remote_queues[row["tier"]].snapshot()} for row in self.remotes.describe()]
+        return [{**row, "queue": self.dispatcher.remote[row["tier"]].snapshot()} for row in self.remotes.describe()]
 
     def close(self) -> None:
         """Stop the worker (cancelling what runs), finish metric work and close the store. Idempotent."""
@@ -298,8 +255,7 @@ class StudioService:
         self._closed = True
         self.searches.close()  # a running search stops after its current clip's next step
         self.campaigns.close()  # first: no new pairs while the queues stop
-        for queue in self._all_queues():
-            queue.stop()
+        self.dispatcher.stop()
         if self.remotes is not None:
             self.remotes.close()
         self.pairs.close()
@@ -380,11 +336,11 @@ class StudioService:
         ``recorded``: more keys for the stored request (a remix's source)."""
         planned = self.plan(payload)
         self.keep_inputs(planned.request)
-        with self._reserve([planned], queue_owner(submitted_by, client)) as enqueue:
-            record = self.store.create_video(_video_request(planned, source=source, submitted_by=submitted_by,
-                                                            **recorded),
+        with self.dispatcher.reserve([planned], queue_owner(submitted_by, client)) as slots:
+            record = self.store.create_video(video_request(planned, source=source, submitted_by=submitted_by,
+                                                           **recorded),
                                              planned.request.tier, planned.model_name)
-            enqueue(planned, record.id)
+            slots.enqueue(planned, record.id)
         return record
 
     def remix_video(self, video_id: str, prompt: str, submitted_by: str | None = None,
@@ -439,7 +395,7 @@ class StudioService:
         """
         record = self.store.get_video(video_id)
         actor.require_owner(record.request.get("submitted_by"), "video_id", "cancel this job")
-        if record.status not in TERMINAL_STATUSES and any(q.cancel(video_id) for q in self._all_queues()):
+        if record.status not in TERMINAL_STATUSES and any(q.cancel(video_id) for q in self.dispatcher.queues()):
             return self.get_video(video_id)
         record = self.store.get_video(video_id)  # it may have finished meanwhile
         if record.status in TERMINAL_STATUSES:
@@ -458,7 +414,7 @@ class StudioService:
         return self.store.delete_video(video_id)
 
     def _video_view(self, record: VideoRecord) -> VideoView:
-        return video_view(record, self._clip(record.clip_sha), self._all_queues())
+        return video_view(record, self._clip(record.clip_sha), self.dispatcher.queues())
 
     def _clip(self, sha: str | None) -> ClipRecord | None:
         if sha is None:
@@ -487,8 +443,8 @@ class StudioService:
         baseline, candidate = plan_pair(payload, self.plan)
         bounds = self._trajectory_bounds(baseline, candidate) if recording else None
         self.keep_inputs(candidate.request)  # the baseline's are the same images
-        reserve = functools.partial(self._reserve, owner=queue_owner(submitted_by, client) if in_share else None)
-        return self.pairs.create(baseline, candidate, reserve, _video_request, submitted_by, bounds)
+        return self.pairs.create(baseline, candidate, submitted_by=submitted_by,
+                                 owner=queue_owner(submitted_by, client) if in_share else None, trajectory=bounds)
 
     def _trajectory_bounds(self, baseline: RequestPlan, candidate: RequestPlan) -> dict[str, int]:
         """Each run's recorded trajectory in bytes (stated before it runs); RequestError naming ``trajectory`` where
@@ -541,7 +497,7 @@ class StudioService:
         if pair.status in TERMINAL_STATUSES:
             raise Conflict("pair_id", f"pair {pair_id} is already {pair.status}")
         for video_id in self.pairs.videos_only_for(pair):
-            for queue in self._all_queues():
+            for queue in self.dispatcher.queues():
                 queue.cancel(video_id)
         try:
             self.store.update_pair(pair_id, status="failed", error="cancelled by request")
@@ -668,28 +624,6 @@ class StudioService:
 
     def queue_status(self) -> dict[str, Any]:
         """The running job, the waiting ones and the limit; empty while the engine loads."""
-        return self._queue.snapshot() if self._queue else {"running": None, "queued": [], "max_queued": 0}
+        local = self.dispatcher.local
+        return local.snapshot() if local else {"running": None, "queued": [], "max_queued": 0}
 
-
-# --------------------------------------------------------------------------------------------- helpers
-
-
-def queue_owner(submitted_by: str | None, client: str | None) -> str | None:
-    """Whose queue share a submission takes: the signed-in user, else (no --auth) the client's address; None (an
-    in-process caller) takes none."""
-    if submitted_by:
-        return f"user {submitted_by!r}"
-    return f"client {client}" if client else None
-
-
-def _job_request(planned: RequestPlan, on_accepted: Callable[[str, str], None]) -> Any:
-    """What the job queue hands its engine: the plan the service stored from (the engine runs it without planning
-    again), or for a remote tier a RemoteJob made from it that reports the server's video id to
-    ``on_accepted(server, remote video id)``."""
-    return RemoteJob(planned.request, planned.tier_config, on_accepted) if planned.remote else planned
-
-
-def _video_request(planned: RequestPlan, **extra: Any) -> dict[str, Any]:
-    """The request JSON stored with a video job (shown back by GET /v1/videos/{id})."""
-    return {**planned.request.to_dict(), "width": planned.width, "height": planned.height,
-            "seconds": planned.seconds, "engine": "remote" if planned.remote else "local", **extra}
