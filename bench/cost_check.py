@@ -20,13 +20,15 @@ from pathlib import Path
 
 import torch
 
+PROMPT = "a red circle moves left to right on a black background"
 REQUESTS = [
-    {"prompt": "a red circle moves left to right on a black background", "tier": "baseline"},
-    {"prompt": "a red circle moves left to right on a black background", "tier": "turbo"},
-    {"prompt": "a red circle moves left to right on a black background", "tier": "sol"},
-    {"prompt": "a red circle moves left to right on a black background", "tier": "baseline",
-     "duration_seconds": 10},
-    {"prompt": "a red circle moves left to right on a black background", "tier": "turbo", "short_edge": 256},
+    {"prompt": PROMPT, "tier": "baseline"},
+    {"prompt": PROMPT, "tier": "turbo"},
+    {"prompt": PROMPT, "tier": "sol"},
+    {"prompt": PROMPT, "tier": "baseline", "duration_seconds": 10},
+    {"prompt": PROMPT, "tier": "turbo", "short_edge": 256},
+    # sparse from its second step at 4,224 rows: the CPU's sparse_attention_factor was read from this row
+    {"prompt": PROMPT, "tier": "turbo-sparse", "duration_seconds": 15},
 ]
 
 
@@ -53,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             times.append(time.perf_counter() - start)
         measured = min(times)
         rows.append({"request": payload, "canvas": [estimate.width, estimate.height], "frames": estimate.frames,
-                     "steps": estimate.steps, "estimate_s": round(estimate.seconds, 3),
+                     "steps": estimate.steps, "sparse_steps": estimate.sparse_steps,
+                     "estimate_s": round(estimate.seconds, 3),
                      "measured_s": [round(t, 3) for t in times], "ratio_estimate_to_fastest": round(
                          estimate.seconds / measured, 3)})
         print(f"[{i}/{len(REQUESTS)}] {payload['tier']:8s} {estimate.width}x{estimate.height} {estimate.frames} frames "

@@ -35,12 +35,17 @@ class DeviceCost:
     flop_per_s: float  # the transformer's achieved rate
     decode_s_per_pixel: float  # video VAE decode + audio + mux, per output pixel (frames · width · height)
     source: str  # where the figures come from (date, command, raw file)
+    # what block-sparse attention costs in dense attention FLOP: above 1 on the CPU, where it is the torch reference
+    # (dense fp32 scores plus an S x S mask, a cost that grows with the square of the length like attention's);
+    # 1 on the GPU, where the kernel is faster than dense (counting it dense errs long)
+    sparse_attention_factor: float = 1.0
 
     @classmethod
     def load(cls, kind: str, path: Path = FIGURES_FILE) -> DeviceCost:
         figures = json.loads(Path(path).read_text())[kind]
         return cls(kind, float(figures["overhead_s"]), float(figures["flop_per_s"]),
-                   float(figures["decode_s_per_pixel"]), figures["source"])
+                   float(figures["decode_s_per_pixel"]), figures["source"],
+                   float(figures.get("sparse_attention_factor", 1.0)))
 
 
 @dataclass(frozen=True)
@@ -57,10 +62,11 @@ class TransformerShape:
         return cls(config["num_layers"], config["hidden_size"],
                    config["num_attention_heads"] * config["attention_head_dim"], config["ffn_dim"])
 
-    def step_flop(self, rows: int) -> float:
-        """FLOP of one forward over `rows` packed rows (projections, FFN, attention; norms and AdaLN left out)."""
+    def step_flop(self, rows: int, attention_factor: float = 1.0) -> float:
+        """FLOP of one forward over `rows` packed rows (projections, FFN, attention; norms and AdaLN left out);
+        `attention_factor` scales the attention's share (a sparse step's cost in dense FLOP)."""
         linear = 2.0 * rows * self.layers * (4 * self.hidden * self.inner + 3 * self.hidden * self.ffn)
-        return linear + 4.0 * rows * rows * self.inner * self.layers
+        return linear + attention_factor * 4.0 * rows * rows * self.inner * self.layers
 
 
 @dataclass(frozen=True)
@@ -76,15 +82,20 @@ class Estimate:
     height: int
     frames: int
     device: DeviceCost
+    sparse_steps: int = 0
 
     def describe(self) -> str:
+        factor = self.device.sparse_attention_factor
+        sparse = (f" ({self.sparse_steps} of them block-sparse: attention × {factor:g} on this device)"
+                  if self.sparse_steps and factor != 1.0 else "")
         return (f"{self.steps} steps × {self.step_s:.3g} s at {self.rows:,} packed rows ({self.width}×{self.height}, "
-                f"{self.frames} frames) + {self.decode_s:.3g} s decoding ≈ {self.seconds:,.0f} s")
+                f"{self.frames} frames){sparse} + {self.decode_s:.3g} s decoding ≈ {self.seconds:,.0f} s")
 
     def to_dict(self) -> dict:
         return {"seconds": round(self.seconds, 3), "steps": self.steps, "rows": self.rows,
                 "step_s": round(self.step_s, 6), "decode_s": round(self.decode_s, 3), "width": self.width,
-                "height": self.height, "frames": self.frames, "figures": self.device.kind}
+                "height": self.height, "frames": self.frames, "sparse_steps": self.sparse_steps,
+                "figures": self.device.kind}
 
 
 @dataclass(frozen=True)
@@ -95,10 +106,18 @@ class CostModel:
     device: DeviceCost
     world: int = 1
 
-    def estimate(self, steps: int, rows: int, width: int, height: int, frames: int) -> Estimate:
-        step_s = (self.device.overhead_s + self.shape.step_flop(rows) / self.device.flop_per_s) / self.world
+    def estimate(self, steps: int, rows: int, width: int, height: int, frames: int,
+                 sparse_steps: int = 0) -> Estimate:
+        """`sparse_steps` of the `steps` run block-sparse attention (at the device's sparse_attention_factor)."""
+        def one_step(attention_factor: float) -> float:
+            flop = self.shape.step_flop(rows, attention_factor)
+            return (self.device.overhead_s + flop / self.device.flop_per_s) / self.world
+
+        step_s = one_step(1.0)
         decode_s = self.device.decode_s_per_pixel * width * height * frames
-        return Estimate(steps * step_s + decode_s, steps, rows, step_s, decode_s, width, height, frames, self.device)
+        denoise_s = (steps - sparse_steps) * step_s + sparse_steps * one_step(self.device.sparse_attention_factor)
+        return Estimate(denoise_s + decode_s, steps, rows, step_s, decode_s, width, height, frames, self.device,
+                        sparse_steps)
 
 
 

@@ -145,14 +145,16 @@ def sparse_kernel_of(components, sparse_backend: str | None = None) -> str:
 def estimate_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,
                      cost: CostModel, text_tokens: int, plan: TierPlan | None = None) -> Estimate:
     """A validated request's estimated engine time: its tier's steps at its packed length (bucket padding included;
-    sparse attention and cache skips counted as dense steps, so the estimate errs long), plus its decode. `plan`:
-    the request's TierPlan when it is already made (a `RequestPlan`'s), else it is made here."""
+    cache skips counted as full steps, so the estimate errs long; a step with block-sparse attention in any block
+    at the device's sparse_attention_factor), plus its decode. `plan`: the request's TierPlan when it is already made (a
+    `RequestPlan`'s), else it is made here."""
     from engine.layout import bucket_length, token_counts  # imports diffusers: only when a local engine plans
 
     counts = token_counts(geometry, request.duration_seconds, request.aspect_ratio, request.short_edge, text_tokens)
     plan = plan or tier_plan(tiers, request, num_blocks, geometry.sparse_tile)
     rows = bucket_length(counts["total_with_text"], plan.tier.bucket)
-    return cost.estimate(plan.steps, rows, counts["width"], counts["height"], counts["frames"])
+    sparse_steps = sum(plan.sparse_at(step, num_blocks - 1) is not None for step in range(plan.steps))
+    return cost.estimate(plan.steps, rows, counts["width"], counts["height"], counts["frames"], sparse_steps)
 
 
 def plan_request(request: GenerationRequest, tiers: TierTable, geometry: ModelGeometry, num_blocks: int,

@@ -45,6 +45,21 @@ def test_the_estimate_grows_with_the_square_of_the_length_and_with_the_steps():
     assert CostModel(shape, model.device, world=2).estimate(10, 1000, 4, 4, 10).step_s == pytest.approx(one.step_s / 2)
 
 
+
+def test_sparse_steps_cost_their_attention_at_the_devices_factor():
+    shape = TransformerShape(layers=2, hidden=8, inner=8, ffn=16)
+    device = DeviceCost("cpu", overhead_s=0.5, flop_per_s=1e6, decode_s_per_pixel=0.0, source="t",
+                        sparse_attention_factor=3.0)
+    model = CostModel(shape, device)
+    dense, sparse = model.estimate(10, 1000, 4, 4, 10), model.estimate(10, 1000, 4, 4, 10, sparse_steps=4)
+    attention_s = 4.0 * 1000 * 1000 * 8 * 2 / 1e6  # one step's attention at the dense rate
+    assert sparse.seconds - dense.seconds == pytest.approx(4 * (3.0 - 1.0) * attention_s)
+    assert "4 of them block-sparse: attention × 3" in sparse.describe()
+    # A factor of 1 (the GPU's) counts sparse steps as dense ones.
+    plain = CostModel(shape, DeviceCost("cuda", 0.0, 1e6, 0.0, "t"))
+    assert plain.estimate(10, 1000, 4, 4, 10, sparse_steps=4).seconds == plain.estimate(10, 1000, 4, 4, 10).seconds
+
+
 def test_a_request_over_the_limit_is_refused_naming_its_drivers(nano_engine):
     # Built directly: validate() refuses it sooner for memory on a host with less than 95 GiB to give.
     request = GenerationRequest("a red circle", duration_seconds=15.0, short_edge=1536, steps=100)
@@ -60,6 +75,14 @@ def test_a_request_over_the_limit_is_refused_naming_its_drivers(nano_engine):
                             "duration_seconds": "target.duration_seconds"})
     assert sglang.field == "target.short_edge" and "(num_inference_steps;" in sglang.message
     check_job_time(nano_engine, nano_engine.validate({"prompt": "a red circle"}), 3600)  # the default passes
+
+
+def test_a_sparse_tier_is_estimated_with_its_sparse_steps(nano_engine):
+    # sol: 50 steps, dense for its first 10 (dense_first_steps), sparse in blocks 1.. after that.
+    sol = nano_engine.estimate(nano_engine.plan({"prompt": "a red circle", "tier": "sol"}))
+    baseline = nano_engine.estimate(nano_engine.plan({"prompt": "a red circle"}))
+    assert (sol.steps, sol.sparse_steps, baseline.sparse_steps) == (50, 40, 0)
+    assert sol.seconds > baseline.seconds  # the CPU's sparse attention is the dearer torch reference
 
 
 @pytest.fixture
