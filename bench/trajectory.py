@@ -15,7 +15,8 @@ is in-sample and the others are not.
 "sparse-aggressive" is sol with keep ratio 0.02 (the knob's floor), no dense first steps or blocks and the cache
 off: sparse attention alone, from the first step (run with force: below 14 s the tier table refuses it for
 ghosting, which is what this measures). "sparse-aggressive-d10" is the same with sol's 10 dense first steps, and
-"sparse-aggressive-b2" with 2 dense first blocks at every step: what the first dense steps or blocks change. Every
+"sparse-aggressive-b2" with 2 dense first blocks at every step: what the first dense steps or blocks change;
+"sparse-keep1" keeps every tile (the gate's floor: sparse against dense with nothing dropped). Every
 recorded sparse step also carries the Sol-Attn gate (engine/attention.py: each sparse call against dense attention
 on the same inputs); per pair the JSON keeps its per-step worst and mean call and their running sums, and at the
 first step over the threshold the sum so far. The JSON is rewritten after each prompt (`prompts_done` of
@@ -56,7 +57,9 @@ AGGRESSIVE = {"sparse.keep_ratio": 0.02, "sparse.dense_first_steps": 0, "sparse.
               "cache": False}
 VARIANTS = {"sparse-aggressive": AGGRESSIVE,
             "sparse-aggressive-d10": {**AGGRESSIVE, "sparse.dense_first_steps": 10},
-            "sparse-aggressive-b2": {**AGGRESSIVE, "sparse.dense_first_blocks": 2}}
+            "sparse-aggressive-b2": {**AGGRESSIVE, "sparse.dense_first_blocks": 2},
+            # every tile kept: the sparse path's own numerical floor (the gate's error when nothing is dropped)
+            "sparse-keep1": {**AGGRESSIVE, "sparse.keep_ratio": 1.0}}
 
 
 def add_aggressive(engine: Engine) -> None:
