@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One device call (one H100 or H200; carry .whld): the GPU test tier, then bench/trajectory.py on the GPU for the
+# Sol-Attn gate's bf16 figures (issue 37: the gate's floor with every tile kept, and sol / sparse-aggressive).
+#
+#   bash bench/gpu_suite_and_gate.sh [PROMPTS]
+#
+# Writes $OUT/gpu_tests.txt, $OUT/trajectory_gpu_64.json, $OUT/trajectory_gpu_128.json, $OUT/env.txt.
+set -o pipefail
+PROMPTS=${1:-12}
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT" /tmp/site
+xz -dc .whld/diffusers.tar.xz | tar xf - -C /tmp/site || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+{ nvidia-smi --query-gpu=name,memory.total --format=csv; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
+  for m in cv2 av flip_evaluator lpips sqlalchemy fastapi; do python3 -c "import $m" 2>/dev/null && echo "$m yes" || echo "$m no"; done; } >"$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu --durations=10 tests 2>&1 | tail -40 >"$OUT/gpu_tests.txt"
+tail -3 "$OUT/gpu_tests.txt"
+for edge in 64 128; do
+  timeout 150 python3 -m bench.trajectory --tiers sparse-keep1,sol,sparse-aggressive --prompts "$PROMPTS" \
+      --short-edge $edge --out "$OUT/trajectory_gpu_$edge.json" 2>&1 | grep -v Warning | tail -4
+done
