@@ -99,8 +99,6 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     # starts: two threads importing one package graph at once can see half-initialised modules.
     from engine import Engine  # noqa: F401
     from studio.api import create_app
-    from studio.api_searches import install_search_routes
-    from studio.api_uploads import install_upload_routes
     from studio.budget import DEFAULT_MAX_JOB_SECONDS, DEFAULT_MAX_JOBS_PER_USER
     from studio.remote import RemotePool
     from studio.service import StudioService
@@ -115,9 +113,8 @@ def build_app(args: argparse.Namespace, accounts: Accounts | None = None,
     loader = engine_loader(args.model, args.tiers_file, getattr(args, "ulysses", 1),
                            getattr(args, "sparse_backend", None))
     service.start_loading(loader)  # now, not at server startup: the weights load while Gradio builds the UI
+    # every REST route: studio/routes/, installed in order by studio.routes.install_routes
     app = create_app(service, accounts=accounts, loader=loader, default_tier=getattr(args, "default_tier", None))
-    install_upload_routes(app, service, accounts, getattr(args, "default_tier", None))  # fl2va/ref2va uploads
-    install_search_routes(app, service, accounts)  # configuration searches (studio/searches.py)
     if not args.no_ui:
         from studio.ui import build_ui
         from studio.ui.mount import mount_ui

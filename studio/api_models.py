@@ -1,9 +1,9 @@
 """The /v1 response bodies as pydantic models: what the OpenAPI schema (/docs) shows a client, field by field.
 
-The routes still build plain dicts (studio/api.py: video_object, pair_object, …); FastAPI validates each against
-its route's ``response_model`` and serialises it. Why ``extra="allow"``: a field a service adds before its model
-does still reaches the client rather than being dropped; tests/test_api.py checks that the main objects carry no
-field their model lacks, so the schema stays complete. Timestamps stay the strings the service makes (pydantic
+The routes still build plain dicts (studio/routes/objects.py: video_object, pair_object, …); FastAPI validates
+each against its route's ``response_model`` and serialises it. Why ``extra="allow"``: a field a service adds before
+its model does still reaches the client rather than being dropped; tests/test_api.py checks that the main objects
+carry no field their model lacks, so the schema stays complete. Timestamps stay the strings the service makes (pydantic
 would rewrite "+00:00" as "Z"), and every number is what the service computed.
 """
 

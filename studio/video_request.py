@@ -3,7 +3,7 @@
 Three vocabularies describe one clip here:
 
 - OpenAI's video API (the official `openai` client): prompt, model, seconds ("5" or 5), size ("WIDTHxHEIGHT") and
-  an uploaded input_reference image (multipart, studio/api_uploads.py).
+  an uploaded input_reference image (multipart, studio/routes/uploads.py).
 - SGLang 0.5.23's ``VideoGenerationsRequest`` adds width/height, num_frames/fps, n, seed, num_inference_steps
   (N sigma points), negative_prompt and guidance_scale.
 - MiniMax-H3's SGLang extension: task and target {duration_seconds, aspect_ratio, short_edge}; this studio adds
@@ -83,8 +83,8 @@ _DECIMAL = re.compile(r"\s*[0-9]{1,5}(\.[0-9]{1,6})?\s*")
 
 
 def video_payload(body: dict[str, Any], model: ModelCanvas) -> dict[str, Any]:
-    """A /v1/videos body (already type-checked by studio.api.VideoCreate) → an engine payload; RequestError naming
-    the body's field on refusal."""
+    """A /v1/videos body (already type-checked by studio.routes.bodies.VideoCreate) → an engine payload; RequestError
+    naming the body's field on refusal."""
     _refuse_what_cannot_be_honoured(body)
     target = body.get("target") or {}
     payload: dict[str, Any] = {"prompt": body["prompt"]}
@@ -118,7 +118,7 @@ def _refuse_what_cannot_be_honoured(body: dict[str, Any]) -> None:
     if task not in TASKS_SERVED_BY_JSON:
         raise RequestError("task", f"a JSON body serves {', '.join(TASKS_SERVED_BY_JSON)} only, got {task!r}: "
                                    "fl2va and ref2va take their images as multipart/form-data (input_reference)")
-    if "input_reference" in body:  # a file arrives as a multipart part (studio/api_uploads.py), never as text
+    if "input_reference" in body:  # a file arrives as a multipart part (studio/routes/uploads.py), never as text
         raise RequestError("input_reference", "must be an image uploaded as a multipart/form-data file: this "
                                               "server reads no server paths and fetches no URLs")
     for name, reason in UNSUPPORTED.items():

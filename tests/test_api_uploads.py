@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 
 from db.inputs import input_relpath
 from studio.api import create_app
-from studio.api_uploads import install_upload_routes
 from studio.service import StudioService
 from tests.test_tasks import image_bytes
 
@@ -28,7 +27,6 @@ def studio(tmp_path_factory, nano_engine):
     data_dir = tmp_path_factory.mktemp("uploads")
     service = StudioService.open(data_dir, engine=nano_engine, queue_size=8, quality_loader=lambda: None)
     app = create_app(service)
-    install_upload_routes(app, service)
     with TestClient(app) as client:
         yield client, service, data_dir
 

@@ -16,7 +16,6 @@ from PIL import Image
 
 from engine.media import probe_mp4
 from studio.api import create_app
-from studio.api_uploads import install_upload_routes
 from studio.service import StudioService
 from tests.sglang_protocol import valid_video
 from tests.test_tasks import image_bytes
@@ -33,7 +32,6 @@ def client(tmp_path_factory, nano_engine):
     service = StudioService.open(tmp_path_factory.mktemp("client"), engine=nano_engine, queue_size=8,
                                  quality_loader=lambda: None)
     app = create_app(service)
-    install_upload_routes(app, service)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -17,7 +17,6 @@ from engine.errors import RequestError
 from engine.media import probe_mp4
 from engine.request import ModelLimits
 from studio.api import create_app
-from studio.api_uploads import install_upload_routes
 from studio.service import StudioService
 from studio.video_request import video_payload
 from tests.sglang_protocol import valid_list, valid_request, valid_video
@@ -33,7 +32,6 @@ def studio(tmp_path_factory, nano_engine):
     service = StudioService.open(tmp_path_factory.mktemp("openai"), engine=nano_engine, queue_size=8,
                                  quality_loader=lambda: None)
     app = create_app(service)
-    install_upload_routes(app, service)
     with TestClient(app) as client:
         yield client, service
 

@@ -12,7 +12,6 @@ from fastapi.testclient import TestClient
 
 from engine.errors import GenerationCancelled
 from studio.api import create_app
-from studio.api_searches import install_search_routes
 from studio.search import CaseResult, SearchCancelled
 from studio.searches import EngineBusy
 from studio.service import StudioService
@@ -64,7 +63,6 @@ def studio(tmp_path_factory, nano_engine):
     service = StudioService.open(root / "data", engine=nano_engine, queue_size=8, quality_loader=lambda: None)
     service.searches.evaluator_factory = objective.evaluator
     app = create_app(service)
-    install_search_routes(app, service)  # as app.py does
     served = dict(nano_engine.tiers.tiers)
     with TestClient(app) as client:
         yield SimpleNamespace(client=client, service=service, objective=objective)
@@ -340,7 +338,6 @@ def test_with_auth_a_search_is_its_creators_to_cancel_and_only_admins_save_tiers
     service.searches.evaluator_factory = objective.evaluator
     accounts = load_accounts(tmp_path / "users.json")
     app = create_app(service, accounts=accounts)
-    install_search_routes(app, service, accounts)
     alice, bob, root = ("alice", "wonder"), ("bob", "builder"), ("root", "r00t")
     try:
         with TestClient(app) as client:

@@ -8,20 +8,18 @@ No ``from __future__ import annotations`` here: the PUT body's type is a model b
 reads it from the handler's annotation, which must be that class and not its name.
 """
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends
 
 from studio.api_models import rule_models
-from studio.roles import Actor
+from studio.auth import Accounts
+from studio.routes.v1 import actor_of, v1_router
 from studio.service import StudioService
 
 
-def add_rule_routes(router: APIRouter, service: StudioService, current_user: Callable[..., str | None],
-                    actor: Callable[[str | None], Actor]) -> None:
-    """Add the approval-rule routes to studio/api.py's /v1 router (``current_user``: its dependency; ``actor``: the
-    signed-in user with their role)."""
+def rule_router(service: StudioService, accounts: Accounts | None = None) -> APIRouter:
+    router, current_user = v1_router(accounts)
     rule_object, with_history, rule_update = rule_models(service.rule_class)
 
     @router.get("/approval-rule", tags=["review"], summary="The approval rule and every earlier one",
@@ -34,5 +32,7 @@ def add_rule_routes(router: APIRouter, service: StudioService, current_user: Cal
                 response_model=rule_object)
     def set_approval_rule(body: rule_update, user: str | None = Depends(current_user)) -> dict[str, Any]:
         fields = body.model_dump(exclude_none=True, exclude={"version"})
-        rule, version = service.set_approval_rule(fields, actor(user), body.version)
+        rule, version = service.set_approval_rule(fields, actor_of(accounts, user), body.version)
         return {**rule.as_dict(), "version": version}
+
+    return router

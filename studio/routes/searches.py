@@ -11,20 +11,20 @@
     POST   /v1/searches/{name}/review                        the front's candidates as blind review campaigns
     POST   /v1/searches/{name}/candidates/{n}/tier           admin: an approved candidate saved as a named tier
 
-Errors are studio/api.py's: 400 naming the field, 404 for an unknown search or candidate, 409 when a search of that
-name exists, another one runs, or it is not running; 503 while the engine loads. Every cost in a response is
-labelled "measured" (on the device the search ran on) or "modelled" (the full-size clip on the H200).
+Errors are studio/routes/errors.py's: 400 naming the field, 404 for an unknown search or candidate, 409 when a
+search of that name exists, another one runs, or it is not running; 503 while the engine loads. Every cost in a
+response is labelled "measured" (on the device the search ran on) or "modelled" (the full-size clip on the H200).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Request
+from fastapi import APIRouter, Body, Depends, Request
 from pydantic import BaseModel, ConfigDict
 
-from studio.api import _actor, _current_user, _TypedRoute, client_address
 from studio.auth import Accounts
+from studio.routes.v1 import actor_of, client_address, v1_router
 from studio.service import StudioService
 
 
@@ -35,10 +35,8 @@ class TierSave(BaseModel):
     name: str | None = None
 
 
-def create_search_router(service: StudioService, accounts: Accounts | None = None) -> APIRouter:
-    """The /v1 search routes; every route requires a signed-in user when ``accounts`` is given."""
-    current_user = _current_user(accounts)
-    router = APIRouter(prefix="/v1", dependencies=[Depends(current_user)], route_class=_TypedRoute)
+def searches_router(service: StudioService, accounts: Accounts | None = None) -> APIRouter:
+    router, current_user = v1_router(accounts)
 
     @router.get("/search-knobs", tags=["searches"], summary="Every knob a search can vary, with its declared range")
     def search_knobs() -> dict[str, Any]:
@@ -63,11 +61,11 @@ def create_search_router(service: StudioService, accounts: Accounts | None = Non
     @router.delete("/searches/{name}", tags=["searches"],
                    summary="Cancel a running search after its current clip (its creator or an admin)")
     def cancel_search(name: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
-        return service.searches.cancel(name, _actor(accounts, user))
+        return service.searches.cancel(name, actor_of(accounts, user))
 
     @router.post("/searches/{name}/resume", tags=["searches"], summary="Run a stopped or cancelled search on")
     def resume_search(name: str, user: str | None = Depends(current_user)) -> dict[str, Any]:
-        return service.searches.resume(name, _actor(accounts, user))
+        return service.searches.resume(name, actor_of(accounts, user))
 
     @router.get("/searches/{name}/front", tags=["searches"], summary="The Pareto front: feasible candidates only")
     def search_front(name: str) -> dict[str, Any]:
@@ -88,18 +86,7 @@ def create_search_router(service: StudioService, accounts: Accounts | None = Non
                  summary="Admin only: save an approved candidate as a named tier in the tiers file, with its record")
     def save_tier(name: str, candidate: int, body: TierSave | None = Body(None),
                   user: str | None = Depends(current_user)) -> dict[str, Any]:
-        return service.searches.save_tier(name, candidate, body.name if body else None, _actor(accounts, user))
+        return service.searches.save_tier(name, candidate, body.name if body else None, actor_of(accounts, user))
 
     return router
 
-
-def install_search_routes(app: FastAPI, service: StudioService, accounts: Accounts | None = None) -> None:
-    """Add the search routes to studio/api.py's app (app.py does, as for the uploads), ahead of its catch-all
-    answer for unknown /v1 paths."""
-    before = len(app.router.routes)
-    router = create_search_router(service, accounts)
-    app.include_router(router)
-    app.state.v1_routers.append(router)  # so a wrong method on a search path is 405 naming the allowed ones
-    added = app.router.routes[before:]
-    del app.router.routes[before:]
-    app.router.routes[0:0] = added

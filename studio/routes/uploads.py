@@ -10,7 +10,7 @@ num_inference_steps, tier, force, model, task, target as JSON text) and the file
 
 POST /v1/pairs as multipart takes the pair's text fields (target as JSON text) and the files ``first_frame``
 (or ``input_reference``), ``last_frame`` and ``references`` (repeat the field for several). A JSON body on either
-path is served by studio/api.py as before; these routes only match a multipart body.
+path is served by studio/routes/videos.py and pairs.py; these routes only match a multipart body.
 
 Errors name the field: 400 for a bad file, count or text field, 413 for a file over 20 MiB (the whole body is
 capped at 64 MiB by studio/guard.py).
@@ -30,17 +30,12 @@ from starlette.datastructures import UploadFile
 from starlette.routing import Match
 
 from engine import MAX_IMAGE_BYTES, MAX_REFERENCES, RequestError
-from studio.api import (
-    PairCreate,
-    VideoCreate,
-    _current_user,
-    _error,
-    _renaming,
-    client_address,
-    create_payload,
-    pair_object,
-    video_object,
-)
+from studio.auth import Accounts
+from studio.routes.bodies import PairCreate, VideoCreate
+from studio.routes.errors import error_response
+from studio.routes.objects import pair_object, video_object
+from studio.routes.v1 import client_address, v1_router
+from studio.routes.videos import create_payload, renaming
 from studio.service import StudioService
 from studio.video_request import RENAMES
 
@@ -181,13 +176,14 @@ def _renamed_field(field: str, renames: dict[str, str]) -> str:
 
 
 def _answer_too_large(error: UploadTooLarge):
-    return _error(413, str(error), error.field, "request_too_large")
+    return error_response(413, str(error), error.field, "request_too_large")
 
 
-def create_upload_router(service: StudioService, accounts: Any = None, default_tier: str | None = None) -> APIRouter:
-    """The multipart twins of POST /v1/videos and POST /v1/pairs; include it before studio/api.py's router."""
-    current_user = _current_user(accounts)
-    router = APIRouter(prefix="/v1", route_class=MultipartRoute, dependencies=[Depends(current_user)])
+def uploads_router(service: StudioService, accounts: Accounts | None = None,
+                   default_tier: str | None = None) -> APIRouter:
+    """The multipart twins of POST /v1/videos and POST /v1/pairs: included before their JSON routes (Starlette
+    tries routes in order, and the JSON route would take a multipart body too)."""
+    router, current_user = v1_router(accounts, route_class=MultipartRoute)
 
     @router.post("/videos", tags=["videos"], include_in_schema=False)
     async def create_video_upload(request: Request, user: str | None = Depends(current_user)):
@@ -202,8 +198,8 @@ def create_upload_router(service: StudioService, accounts: Any = None, default_t
 
         def submit():
             try:
-                return _renaming(lambda: service.submit_video(payload, source="api", submitted_by=user,
-                                                              client=client_address(request)), RENAMES)
+                return renaming(lambda: service.submit_video(payload, source="api", submitted_by=user,
+                                                             client=client_address(request)), RENAMES)
             except RequestError as error:
                 raise RequestError(_renamed_field(error.field, renames), error.message) from None
 
@@ -226,13 +222,3 @@ def create_upload_router(service: StudioService, accounts: Any = None, default_t
 
     return router
 
-
-def install_upload_routes(app, service: StudioService, accounts: Any = None, default_tier: str | None = None) -> None:
-    """Add the multipart routes to an app from studio.api.create_app, in front of its JSON routes (Starlette tries
-    routes in order, and the JSON route would take a multipart body too)."""
-    router = create_upload_router(service, accounts, default_tier)
-    before = len(app.router.routes)
-    app.include_router(router)
-    added = app.router.routes[before:]
-    del app.router.routes[before:]
-    app.router.routes[0:0] = added
