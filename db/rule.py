@@ -4,7 +4,7 @@ Each field of :class:`ApprovalRule` is a criterion declared with :func:`criterio
 default, its bounds, a label and a help text for people, the tally measure it bounds (``db/approval.py``'s
 ``measures``) and whether it is a floor (``measure >= value``) or a ceiling (``measure <= value``). Everything else
 is read from that declaration: the store keeps a rule as one JSON column (``approval_rules.rule_json``), the REST
-models (``studio/api_models.py`` ``rule_models``) and the UI's form (``studio/ui/configurations.py``) are built from
+models (``studio/routes/schemas.py`` ``rule_models``) and the UI's form (``studio/ui/configurations.py``) are built from
 ``ApprovalRule.criteria()``, and the rule's text (the UI, the export's README) comes from ``describe``.
 
 Adding a criterion: a field here (``criterion(...)``) and, when it bounds something the tally does not count yet,

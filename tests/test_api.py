@@ -190,7 +190,7 @@ def test_health_tiers_and_openapi(studio):
 def test_v1_responses_are_typed_in_the_openapi_schema(studio, reviewed):
     """Each /v1 JSON route names its response model (issue 22 item 4), and the objects the studio sends carry no
     field their model lacks (the models allow extras so nothing is dropped; this keeps the schema complete)."""
-    from studio import api_models
+    from studio.routes import schemas
 
     schema = studio.client.get("/openapi.json").json()
     for path, method, model in (("/v1/videos", "post", "VideoObject"), ("/v1/videos", "get", "VideoList"),
@@ -207,16 +207,16 @@ def test_v1_responses_are_typed_in_the_openapi_schema(studio, reviewed):
         return set(data) - set(model.model_fields)
 
     pair = studio.client.get(f"/v1/pairs/{reviewed.pairs[0]['id']}").json()
-    assert extras(api_models.PairObject, pair) == set()
-    assert extras(api_models.PairVideo, pair["candidate"]) == set()
-    assert extras(api_models.QualityMetrics, pair["metrics"]) == set()
-    assert extras(api_models.VerdictObject, pair["verdicts"][0]) == set()
+    assert extras(schemas.PairObject, pair) == set()
+    assert extras(schemas.PairVideo, pair["candidate"]) == set()
+    assert extras(schemas.QualityMetrics, pair["metrics"]) == set()
+    assert extras(schemas.VerdictObject, pair["verdicts"][0]) == set()
     video = studio.client.get(f"/v1/videos/{pair['candidate_video_id']}").json()
-    assert extras(api_models.VideoObject, video) == set()
+    assert extras(schemas.VideoObject, video) == set()
     configuration = studio.client.get(f"/v1/configurations/{pair['configuration_key']}").json()
-    assert extras(api_models.ConfigurationObject, configuration) == set()
+    assert extras(schemas.ConfigurationObject, configuration) == set()
     tier = studio.client.get("/v1/tiers").json()["data"][0]
-    assert extras(api_models.TierRow, tier) == set()
+    assert extras(schemas.TierRow, tier) == set()
 
 
 def test_prompt_check_names_words_the_nano_never_learnt(studio):

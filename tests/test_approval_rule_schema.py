@@ -104,7 +104,7 @@ def toy_service(tmp_path: Path):
 
 def test_a_toy_criterion_reaches_the_rest_models(toy_service) -> None:
     from studio.api import create_app
-    from studio.api_models import rule_models
+    from studio.routes.schemas import rule_models
 
     with TestClient(create_app(toy_service, close_on_shutdown=False)) as client:
         put = client.put("/v1/approval-rule", json={"min_accepts": 3, "version": 0})

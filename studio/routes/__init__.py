@@ -3,7 +3,7 @@ signed-in user): studio/api.py's create_app installs them all through `install_r
 
 Shared pieces: `errors` (the error handlers and the error JSON), `v1` (the route class, the signed-in user
 dependency, actor and reviewer), `bodies` (request bodies), `objects` (the service's views as JSON); the response
-models are studio/api_models.py.
+models are `schemas`.
 """
 
 from __future__ import annotations

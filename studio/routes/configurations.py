@@ -7,8 +7,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from studio.api_models import ConfigurationList, ConfigurationObject
 from studio.auth import Accounts
+from studio.routes.schemas import ConfigurationList, ConfigurationObject
 from studio.routes.v1 import v1_router
 from studio.service import StudioService
 

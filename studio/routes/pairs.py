@@ -9,10 +9,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from engine import RequestError
-from studio.api_models import PairList, PairObject, TrajectoryObject
 from studio.auth import Accounts
 from studio.routes.bodies import PairCreate
 from studio.routes.objects import page, pair_object
+from studio.routes.schemas import PairList, PairObject, TrajectoryObject
 from studio.routes.v1 import MAX_PAGE, actor_of, client_address, v1_router
 from studio.service import StudioService
 from studio.trajectory import THRESHOLD

@@ -9,10 +9,10 @@ from fastapi import APIRouter, Body, Depends
 from fastapi.responses import Response
 
 from engine import RequestError
-from studio.api_models import VerdictObject
 from studio.auth import Accounts
 from studio.blind import disguised
 from studio.routes.bodies import BlindAnswer, BlindOpen, VerdictCreate, VerdictWithdraw
+from studio.routes.schemas import VerdictObject
 from studio.routes.v1 import actor_of, reviewer_of, v1_router
 from studio.service import StudioService
 

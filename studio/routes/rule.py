@@ -1,4 +1,4 @@
-"""REST for the approval rule (db/rule.py), its models built from the rule's criteria (studio/api_models.py
+"""REST for the approval rule (db/rule.py), its models built from the rule's criteria (studio/routes/schemas.py
 ``rule_models``) for the service's rule class, so a criterion added to the rule reaches the API with no edit here:
 
     GET /v1/approval-rule    the rule in force, its version and every earlier one
@@ -12,8 +12,8 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from studio.api_models import rule_models
 from studio.auth import Accounts
+from studio.routes.schemas import rule_models
 from studio.routes.v1 import actor_of, v1_router
 from studio.service import StudioService
 

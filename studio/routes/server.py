@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from engine import validate_prompt
-from studio.api_models import PromptCheckObject, QueueObject, RemoteList, TierList
 from studio.auth import Accounts
 from studio.routes.bodies import PromptCheckCreate
+from studio.routes.schemas import PromptCheckObject, QueueObject, RemoteList, TierList
 from studio.routes.v1 import v1_router
 from studio.service import StudioService
 

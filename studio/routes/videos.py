@@ -11,11 +11,11 @@ from fastapi.responses import FileResponse, Response
 
 from db.errors import Conflict, NotFound
 from engine import RequestError
-from studio.api_models import VideoCancelled, VideoDeleted, VideoList, VideoObject
 from studio.auth import Accounts
 from studio.previews import EXTENSIONS, MEDIA_TYPES, check_variant
 from studio.routes.bodies import VideoCreate, VideoRemix
 from studio.routes.objects import page, video_object
+from studio.routes.schemas import VideoCancelled, VideoDeleted, VideoList, VideoObject
 from studio.routes.v1 import MAX_PAGE, actor_of, client_address, v1_router
 from studio.service import StudioService
 from studio.video_request import renames_for, video_payload
