@@ -71,7 +71,7 @@ def add_aggressive(engine: Engine) -> None:
 def preview_fidelity(engine: Engine, trajectory) -> list[dict]:
     """Per step: the linear preview against the VAE decode of the same x0, both pooled to the trajectory's grid."""
     components = engine.components
-    previews = trajectory.previews().astype(np.float64) / 255
+    previews = trajectory.previews(trajectory.rgb_map).astype(np.float64) / 255  # the linear map
     rows = []
     for index, x0 in enumerate(trajectory.x0):
         frames = frames_to_uint8(decode_latent_video(components, torch.from_numpy(x0.astype(np.float32))[None]))

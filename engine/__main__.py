@@ -190,8 +190,10 @@ def _generate_clip(args) -> int:
         path = mp4_path.with_suffix(".trajectory.npz")
         path.write_bytes(clip.trajectory.to_npz())
         out.update(trajectory=str(path), trajectory_bytes=path.stat().st_size,
-                   trajectory_x0_bytes=clip.trajectory.nbytes,
-                   preview_fit_psnr_db=clip.trajectory.fit.get("psnr_db"))
+                   trajectory_x0_bytes=int(clip.trajectory.x0.nbytes),
+                   trajectory_preview=clip.trajectory.preview_kind,
+                   trajectory_preview_bytes=int(clip.trajectory.nbytes - clip.trajectory.x0.nbytes),
+                   preview_fit_psnr_db=clip.trajectory.fit.get("psnr_db"))  # the linear map's, in-sample
         progress.say(f"wrote {path} ({path.stat().st_size} bytes)")
     print(json.dumps(out))
     return 0

@@ -57,6 +57,7 @@ from engine.tasks import (
 )
 from engine.tiers import TierPlan, TierTable
 from engine.trajectory import TrajectoryRecorder
+from engine.trajectory_preview import WindowPreview
 from kernels import sparse_backends
 
 if TYPE_CHECKING:
@@ -222,8 +223,8 @@ class Engine(ModelFacts):
 
     def trajectory_bound(self, job: GenerationRequest | RequestPlan) -> int:
         """The bytes a recorded trajectory of this validated request (or this engine's plan of one, whose canvas
-        and steps it reads) holds (its pooled x0, stated before the run; the stored npz is compressed and adds each
-        step's record and the preview map, a few KB)."""
+        and steps it reads) holds (its pooled x0 and VAE-window preview, stated before the run; the stored npz is
+        compressed and adds each step's record and the linear map, a few KB)."""
         if isinstance(job, RequestPlan):
             canvas, steps = job.canvas, job.tier_plan.steps
         else:
@@ -305,7 +306,8 @@ class Engine(ModelFacts):
             layout = self.parallel.begin_request(layout)
         with timer.stage("prepare_noise"):
             video_rows, audio_rows = prepare_noise(components, canvas, request.seed, conditions)
-        recorder = TrajectoryRecorder(canvas, components.geometry) if record else None
+        recorder = TrajectoryRecorder(canvas, components.geometry, preview=WindowPreview(
+            components, canvas.num_latent_frames, canvas.height, canvas.width)) if record else None
         with timer.stage("denoise"), self._installed(plan, canvas, layout, transformer, sol_gate=record) as control:
             video_rows, audio_rows, step_records = denoise(
                 components, layout, prompt_embeds, video_rows, audio_rows, plan.steps, control, on_step, cancel,

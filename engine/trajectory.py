@@ -18,9 +18,13 @@ the records in the npz. `sol_series` turns them into per-step series and their r
 one dense attention per sparse call (a sparse tier's recorded run does the dense run's attention work on top of its
 own), and on a GPU one synchronisation per call to read the error; without recording it runs nowhere.
 
-The preview: a linear latent-to-RGB map (16 channels + bias -> RGB) fitted by least squares on the run's final x0
-against its decoded frames pooled to the same grid, applied to every step's pooled x0. Its fidelity against the VAE
-decode of the same x0 is measured in bench/trajectory_fidelity.py (BENCHMARKS.md); the final step is in-sample.
+The preview: the VAE on a few frames of each step's x0 (engine/trajectory_preview.py `WindowPreview`: the middle VAE
+window decoded, 3 of its frames kept, area-pooled to 64 px on the longer side, uint8), decoded as the loop runs from
+the full x0 (not the pooled one). Measured on held-out steps (bench/trajectory_fidelity.py, BENCHMARKS.md) it is the
+full VAE decode of the same x0 to within uint8 rounding, where a linear latent-to-RGB map (16 channels + bias -> RGB,
+fitted by least squares on the run's final x0 against its decoded frames) does not follow the decode at all before
+the final step. The map is still fitted (`rgb_map`, `fit`) and previews trajectories recorded before the VAE
+preview existed. Bound: 3 x 64 x 36 x 3 B = 20.7 KB a step at 16:9, 1 MB for 50 steps, on top of x0.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ class Trajectory:
     techniques: list[str] = field(default_factory=list)
     rgb_map: np.ndarray | None = None
     fit: dict = field(default_factory=dict)
+    preview: np.ndarray | None = None  # uint8 (steps, frames, rows, columns, 3): the VAE-window preview
+    preview_frames: list[int] = field(default_factory=list)  # the preview's frames' indices in the clip
 
     @property
     def steps(self) -> int:
@@ -72,7 +78,12 @@ class Trajectory:
 
     @property
     def nbytes(self) -> int:
-        return int(self.x0.nbytes)
+        return int(self.x0.nbytes) + (int(self.preview.nbytes) if self.preview is not None else 0)
+
+    @property
+    def preview_kind(self) -> str | None:
+        """"vae_window" (decoded frames recorded), "linear" (the fitted map only: recorded before), or None."""
+        return "vae_window" if self.preview is not None else "linear" if self.rgb_map is not None else None
 
     @property
     def sol_error(self) -> dict | None:
@@ -80,7 +91,10 @@ class Trajectory:
         return sol_series(self.records)
 
     def previews(self, rgb_map: np.ndarray | None = None) -> np.ndarray:
-        """uint8 (steps, F, gh, gw, 3): every step's x0 through a latent-to-RGB map (default: this run's own)."""
+        """uint8 (steps, frames, rows, columns, 3): the recorded VAE-window preview; without one (or given
+        `rgb_map`), every step's pooled x0 through a latent-to-RGB map (F latent frames of gh x gw cells)."""
+        if rgb_map is None and self.preview is not None:
+            return self.preview
         rgb_map = self.rgb_map if rgb_map is None else rgb_map
         if rgb_map is None:
             raise ValueError("the trajectory has no preview map: call finish() with the clip's frames")
@@ -91,10 +105,13 @@ class Trajectory:
         import json
 
         buffer = io.BytesIO()
-        meta = {"t": self.t, "records": self.records, "techniques": self.techniques, "fit": self.fit}
+        meta = {"t": self.t, "records": self.records, "techniques": self.techniques, "fit": self.fit,
+                "preview_frames": self.preview_frames}
         arrays = {"x0": self.x0, "meta": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
         if self.rgb_map is not None:
             arrays["rgb_map"] = self.rgb_map
+        if self.preview is not None:
+            arrays["preview"] = self.preview
         np.savez_compressed(buffer, **arrays)
         return buffer.getvalue()
 
@@ -105,7 +122,9 @@ class Trajectory:
         with np.load(io.BytesIO(data)) as arrays:
             meta = json.loads(arrays["meta"].tobytes().decode())
             return cls(x0=arrays["x0"], t=meta["t"], records=meta["records"], techniques=meta["techniques"],
-                       rgb_map=arrays["rgb_map"] if "rgb_map" in arrays else None, fit=meta["fit"])
+                       rgb_map=arrays["rgb_map"] if "rgb_map" in arrays else None, fit=meta["fit"],
+                       preview=arrays["preview"] if "preview" in arrays else None,
+                       preview_frames=meta.get("preview_frames", []))
 
 
 def sol_series(records: list[dict]) -> dict | None:
@@ -149,18 +168,22 @@ def pool_video(video: np.ndarray, latent_frames: int, grid: tuple[int, int]) -> 
 
 
 class TrajectoryRecorder:
-    """Keeps each step's pooled x0 as the denoise loop runs (engine.stages.denoise calls `observe`)."""
+    """Keeps each step's pooled x0 as the denoise loop runs (engine.stages.denoise calls `observe`) and, with a
+    `preview` (engine/trajectory_preview.py `WindowPreview`), its VAE-window preview decoded from the full x0."""
 
-    def __init__(self, canvas, geometry, max_cells: int = MAX_CELLS):
+    def __init__(self, canvas, geometry, max_cells: int = MAX_CELLS, preview=None):
         self.frames, self.height, self.width = canvas.num_latent_frames, canvas.latent_height, canvas.latent_width
         self.channels, self.patch = geometry.video_latent_channels, tuple(geometry.patch_size)
         self.grid = pooled_grid(self.height, self.width, max_cells)
+        self.preview_bytes = preview_bound(canvas.height, canvas.width)
+        self.preview = preview
         self.x0: list[np.ndarray] = []
+        self.frames_shown: list[np.ndarray] = []
         self.t: list[float] = []
 
     def bytes_bound(self, steps: int) -> int:
-        """What `steps` steps hold, stated before the run."""
-        return steps * self.channels * self.frames * self.grid[0] * self.grid[1] * 2
+        """What `steps` steps hold, stated before the run: pooled x0 and (the engine records it) the preview."""
+        return steps * (self.channels * self.frames * self.grid[0] * self.grid[1] * 2 + self.preview_bytes)
 
     @torch.no_grad()
     def observe(self, index: int, t: float, rows: torch.Tensor, velocity: torch.Tensor) -> None:
@@ -170,6 +193,8 @@ class TrajectoryRecorder:
         latent = unpatchify(x0, self.frames, self.height, self.width, self.channels, self.patch)
         pooled = F.adaptive_avg_pool2d(latent, self.grid)  # (C, F, gh, gw)
         self.x0.append(pooled.to(torch.float16).cpu().numpy())
+        if self.preview is not None:
+            self.frames_shown.append(self.preview.decode(latent))
         self.t.append(float(t))
 
     def finish(self, records: list[dict], frames: np.ndarray | None, techniques: list[str]) -> Trajectory:
@@ -178,9 +203,20 @@ class TrajectoryRecorder:
         trajectory = Trajectory(x0=np.stack(self.x0), t=self.t,
                                 records=[{k: v for k, v in r.items() if k not in volatile} for r in records],
                                 techniques=techniques)
+        if self.frames_shown:
+            trajectory.preview = np.stack(self.frames_shown)
+            trajectory.preview_frames = list(self.preview.pixel_frames)
         if frames is not None and self.x0:
             trajectory.rgb_map, trajectory.fit = fit_rgb_map(self.x0[-1], frames, self.grid)
         return trajectory
+
+
+def preview_bound(height: int, width: int) -> int:
+    """Bytes one step's VAE-window preview holds at most (engine/trajectory_preview.py)."""
+    from engine.trajectory_preview import PREVIEW_FRAMES, preview_size
+
+    rows, columns = preview_size(height, width)
+    return PREVIEW_FRAMES * rows * columns * 3
 
 
 def fit_rgb_map(x0: np.ndarray, frames: np.ndarray, grid: tuple[int, int]) -> tuple[np.ndarray, dict]:

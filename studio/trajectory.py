@@ -114,7 +114,7 @@ def align(base: Trajectory, cand: Trajectory) -> tuple[Trajectory, str | None]:
     times = np.asarray(base.t, np.float64)
     order = np.argsort(times)
     ordered = times[order]
-    x0, records = [], []
+    x0, records, shown = [], [], []
     for t in cand.t:
         right = int(np.clip(np.searchsorted(ordered, t), 1, len(ordered) - 1)) if len(ordered) > 1 else 0
         i0, i1 = int(order[max(right - 1, 0)]), int(order[right])
@@ -122,15 +122,42 @@ def align(base: Trajectory, cand: Trajectory) -> tuple[Trajectory, str | None]:
         w = 0.0 if t1 == t0 else float(np.clip((t - t0) / (t1 - t0), 0.0, 1.0))
         x0.append((1 - w) * base.x0[i0].astype(np.float32) + w * base.x0[i1].astype(np.float32))
         records.append(base.records[i1 if w >= 0.5 else i0])
+        if base.preview is not None:
+            shown.append(base.preview[i1 if w >= 0.5 else i0])
     note = (f"the runs have {base.steps} and {cand.steps} steps: the baseline's x0 is interpolated at each candidate "
-            "step's timestep (its markers are the nearer baseline step's)")
+            "step's timestep (its markers and preview are the nearer baseline step's)")
     return Trajectory(x0=np.stack(x0), t=list(cand.t), records=records, techniques=base.techniques,
-                      rgb_map=base.rgb_map, fit=base.fit), note
+                      rgb_map=base.rgb_map, fit=base.fit, preview=np.stack(shown) if shown else None,
+                      preview_frames=base.preview_frames), note
 
 
-PREVIEW_NOTE = ("x0 previews: a linear latent-to-RGB map fitted by least squares on the baseline run's final x0 "
-                "against its decoded frames, applied to both runs at every step; its fidelity is the in-sample "
-                "PSNR on the final step only (earlier steps are not measured here: bench/trajectory.py --fidelity)")
+# The previews' fidelity, measured on held-out material (bench/trajectory_fidelity.py, BENCHMARKS.md "Preview
+# fidelity"): each preview against the VAE decode of the whole x0 at the same frames, on every step but the final one
+# (the linear map is fitted on the final step), 6 prompts x 2 tiers on the nano. Figures at the preview's resolution
+# (64 px on the longer side; the linear preview enlarged as the view shows it); correlations per colour channel over
+# the steps whose decode has structure (a channel's spread of 2/255 or more: 395 of the 588).
+MEASURED_ON = ("bench/results/trajectory_fidelity_32.json, 2026-12-06: nano on the CPU, 64x32 canvas, 6 prompts x "
+               "2 tiers, 588 held-out steps")
+VAE_WINDOW_FIGURES = {"psnr_db_median": 59.45, "psnr_db_min": 58.74, "subject_psnr_db_min": 57.66,
+                      "correlation_median": 0.9999, "correlation_min": 0.986}
+LINEAR_FIGURES = {"psnr_db_median": 22.99, "psnr_db_min": 17.14, "subject_psnr_db_min": 14.23,
+                  "correlation_median": 0.41, "correlation_min": -0.03}
+PREVIEW_FIDELITY = {
+    "vae_window": {"held_out": True, "measured_on": MEASURED_ON, **VAE_WINDOW_FIGURES,
+                   "what": "the VAE on one window of the step's x0 (3 frames), against the whole x0's VAE decode"},
+    "linear": {"held_out": True, "measured_on": MEASURED_ON, **LINEAR_FIGURES,
+               "what": "a linear latent-to-RGB map fitted on the baseline's final x0, against the VAE decode"},
+}
+
+
+def preview_fidelity(base: Trajectory) -> dict:
+    """What the previews are and their measured held-out fidelity (REST `preview`, the view's caption)."""
+    kind = base.preview_kind
+    out = {"kind": kind, "frames": base.preview_frames if kind == "vae_window" else None,
+           "fidelity": PREVIEW_FIDELITY.get(kind)}
+    if kind == "linear":  # recorded before the VAE preview: the map's in-sample error, apart from the held-out one
+        out["fit_in_sample_psnr_db"] = base.fit.get("psnr_db")
+    return out
 
 
 class PairTrajectories:
@@ -191,7 +218,7 @@ class PairTrajectories:
 
     def divergence(self, pair, threshold: float = THRESHOLD) -> dict:
         """compare_trajectories' result for a completed recorded pair, with the steps aligned (`align`), each run's
-        techniques, the stored sizes and the preview's measured fidelity."""
+        techniques, the stored sizes, and what the previews are with their measured held-out fidelity."""
         threshold = check_threshold(threshold)
         base, cand, weights = self.load(pair)
         key = (pair.baseline_clip_sha, pair.candidate_clip_sha, threshold)
@@ -207,11 +234,11 @@ class PairTrajectories:
         result.update(
             object="pair.trajectory", pair_id=pair.id, aligned=note,
             runs={role: {"steps": run.steps, "techniques": run.techniques, "preview_fit": run.fit,
-                         "stored_bytes": self.store.trajectory_size(sha), "x0_bytes": run.nbytes}
+                         "stored_bytes": self.store.trajectory_size(sha), "x0_bytes": int(run.x0.nbytes),
+                         "preview_bytes": int(run.nbytes - run.x0.nbytes)}
                   for role, run, sha in (("baseline", base, pair.baseline_clip_sha),
                                          ("candidate", cand, pair.candidate_clip_sha))},
-            preview={"map": "linear", "fitted_on": "baseline", "psnr_db": base.fit.get("psnr_db"),
-                     "in_sample": bool(base.fit.get("in_sample", True)), "note": PREVIEW_NOTE})
+            preview=preview_fidelity(base))
         with self._lock:
             self._results[key] = result
             while len(self._results) > 2 * self.KEEP:

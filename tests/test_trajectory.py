@@ -44,9 +44,31 @@ def test_a_trajectory_is_bounded_stored_and_previewed(recorded, nano_engine):
     again = Trajectory.from_npz(trajectory.to_npz())
     assert np.array_equal(again.x0, trajectory.x0) and again.records == trajectory.records
     assert np.array_equal(again.rgb_map, trajectory.rgb_map) and again.t == trajectory.t
-    previews = trajectory.previews()
-    assert previews.shape == (3, trajectory.x0.shape[2], *canvas_cells, 3) and previews.dtype == np.uint8
+    assert np.array_equal(again.preview, trajectory.preview) and again.preview_frames == trajectory.preview_frames
+    previews = trajectory.previews()  # the recorded VAE-window frames, at the canvas's 32x64
+    assert previews.shape == (3, 3, clip.height, clip.width, 3) and previews.dtype == np.uint8
+    linear = trajectory.previews(trajectory.rgb_map)  # the map, kept for trajectories recorded before
+    assert linear.shape == (3, trajectory.x0.shape[2], *canvas_cells, 3) and linear.dtype == np.uint8
     assert trajectory.fit["in_sample"] and trajectory.fit["psnr_db"] > 20  # the map fits its own final frames
+
+
+def test_the_vae_window_preview_is_the_whole_decode_of_x0_at_its_frames(recorded, nano_engine):
+    """Each step's preview against the VAE decode of the whole recorded x0 (at the nano the pooled grid is the
+    latent grid): the same frames to within uint8 rounding, and distinct frames of the clip."""
+    import torch
+
+    from engine.stages import decode_latent_video
+
+    trajectory = recorded[1].trajectory
+    frames = trajectory.preview_frames
+    assert len(frames) == 3 and frames == sorted(set(frames)) and frames[-1] < len(recorded[1].frames)
+    for step in range(trajectory.steps):
+        x0 = torch.from_numpy(trajectory.x0[step].astype(np.float32))[None]
+        whole = decode_latent_video(nano_engine.components, x0)
+        error = np.abs(trajectory.preview[step].astype(np.float64) / 255 - whole[frames])
+        assert error.max() <= 0.5 / 255 + 1e-4
+    # the frames next to them are not the preview's (the check above would catch a window or frame off by one)
+    assert np.abs(trajectory.preview[-1].astype(np.float64) / 255 - whole[[f + 1 for f in frames]]).max() > 1e-3
 
 
 def test_pooled_grid_keeps_at_most_max_cells():

@@ -112,7 +112,10 @@ def test_the_divergence_is_served_per_step_with_markers_and_the_previews_fidelit
     heat = np.array(body["heat"])
     assert heat.shape == (2, *body["grid"]) and heat.max() > 0
     base = Trajectory.from_npz((data_dir / trajectory_relpath(done["baseline"]["clip_sha"])).read_bytes())
-    assert body["preview"]["psnr_db"] == pytest.approx(base.fit["psnr_db"]) and body["preview"]["in_sample"]
+    preview = body["preview"]  # the VAE-window frames, with their held-out fidelity (not a fit's in-sample PSNR)
+    assert preview["kind"] == "vae_window" and preview["frames"] == base.preview_frames and len(base.preview_frames)
+    assert preview["fidelity"]["held_out"] is True and preview["fidelity"]["psnr_db_median"] > 40
+    assert "psnr_db" not in preview and "fit_in_sample_psnr_db" not in preview
     assert body["threshold"] == 0.05 and body["measure"] in ("subject", "overall")
     over = [row["step"] for row in body["steps"] if (row.get(body["measure"]) or 0) > 0.05]
     assert body["first_over"] == (over[0] if over else None)
@@ -219,9 +222,11 @@ def test_the_trajectory_views_callbacks_on_a_recorded_pair(studio, recorded):
     cand = Trajectory.from_npz((data_dir / trajectory_relpath(done["candidate"]["clip_sha"])).read_bytes())
     aligned, _ = align(base, cand)
     left, right, heat, text, figure = trajectory_step_outputs(service, pair["id"], 1, 0)
-    assert np.array_equal(left, _enlarged(aligned.previews(base.rgb_map)[1, 0]))
-    assert np.array_equal(right, _enlarged(cand.previews(base.rgb_map)[1, 0]))
-    assert heat.shape[:2] == left.shape[:2] and "Step 1 of 1" in text and "lora" in text and "PSNR" in text
+    assert np.array_equal(left, _enlarged(aligned.previews()[1, 0]))  # the recorded VAE-window frames
+    assert np.array_equal(right, _enlarged(cand.previews()[1, 0]))
+    assert aligned.previews().shape[1:] == cand.preview.shape[1:] == (3, 32, 64, 3)
+    assert 120 < max(heat.shape[:2]) <= 240 and 120 < max(left.shape[:2]) <= 240  # each enlarged to about 240 px
+    assert "Step 1 of 1" in text and "lora" in text and "measured held-out" in text and "PSNR" in text
     assert figure.axes[0].get_title().endswith("every step: lora")
     with gr.Blocks():
         view = build_trajectory_view(service)
@@ -249,7 +254,8 @@ def test_the_cli_records_one_clips_trajectory_beside_it(tmp_path, capsys):
     path = tmp_path / "clip.trajectory.npz"
     assert said["trajectory"] == str(path) and said["trajectory_bytes"] == path.stat().st_size
     stored = Trajectory.from_npz(path.read_bytes())
-    assert stored.steps == 2 and stored.nbytes == said["trajectory_x0_bytes"] and said["preview_fit_psnr_db"] > 20
+    assert stored.steps == 2 and stored.x0.nbytes == said["trajectory_x0_bytes"] and said["preview_fit_psnr_db"] > 20
+    assert said["trajectory_preview"] == "vae_window" and said["trajectory_preview_bytes"] == stored.preview.nbytes
     assert main(["generate", "--prompt", "x", "--out", str(tmp_path / "b.mp4"), "--trajectory", "--ulysses",
                  "2"]) == 2
     assert "--trajectory" in capsys.readouterr().err

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine.trajectory import Trajectory, to_rgb
-from studio.trajectory import align, compare_trajectories
+from studio.trajectory import align, compare_trajectories, preview_fidelity
 from studio.ui.trajectory import (
     _enlarged,
     divergence_figure,
@@ -43,7 +43,7 @@ def runs():
 def view_data():
     base, cand = runs()
     result = compare_trajectories(base, cand, threshold=0.05)
-    result.update(preview={"psnr_db": base.fit["psnr_db"], "in_sample": True}, aligned=None,
+    result.update(preview=preview_fidelity(base), aligned=None,
                   runs={"baseline": {"stored_bytes": 100}, "candidate": {"stored_bytes": 120}})
     return trajectory_data(result, base, cand), base, cand
 
@@ -51,7 +51,7 @@ def view_data():
 def test_the_step_callback_shows_that_steps_previews_heat_and_markers():
     data, base, cand = view_data()
     shown = step_view(data, 2, 1)
-    assert (shown["step"], shown["latent_frame"]) == (2, 1)
+    assert (shown["step"], shown["frame"]) == (2, 1)
     # both runs through the baseline's map (the candidate's own differs), at step 2 and latent frame 1
     assert np.array_equal(shown["baseline"], _enlarged(to_rgb(base.x0, RGB_MAP)[2, 1]))
     assert np.array_equal(shown["candidate"], _enlarged(to_rgb(cand.x0, RGB_MAP)[2, 1]))
@@ -65,12 +65,12 @@ def test_the_step_callback_shows_that_steps_previews_heat_and_markers():
     text = shown["html"]
     assert "Step 2 of 3" in text and "over the threshold" in text and "first over the threshold: step 2" in text
     assert "Accelerated: mixed attention (3 sparse, 1 dense blocks), cache: computed, lora" in text
-    assert "in-sample only: PSNR 31.0 dB" in text
+    assert "linear latent-to-RGB map" in text and "measured held-out" in text and "31.0" not in text
     before = step_view(data, 1)
     assert "<b>over the threshold" not in before["html"] and (before["heat"] == none).all()
     assert np.array_equal(before["candidate"], _enlarged(to_rgb(base.x0, RGB_MAP)[1, 0]))  # same x0 before step 2
     assert "sparse attention (4 sparse, 0 dense blocks), cache hit, lora" in step_view(data, 3)["html"]
-    assert step_view(data, 99, -5)["step"] == 3 and step_view(data, 99, -5)["latent_frame"] == 0
+    assert step_view(data, 99, -5)["step"] == 3 and step_view(data, 99, -5)["frame"] == 0
 
 
 def test_the_plot_marks_techniques_and_the_jump_goes_to_the_first_step_over():
@@ -131,6 +131,27 @@ def test_pairs_kept_in_memory_are_bounded_in_bytes(tmp_path):
     with pytest.raises(Exception, match="is in_progress") as refused:
         kept.load(pairs[0])
     assert refused.value.field == "status"
+
+
+def test_recorded_vae_previews_are_shown_with_their_held_out_fidelity_and_aligned_to_the_nearer_step():
+    base, cand = runs()
+    generator = np.random.default_rng(5)
+    base.preview = generator.integers(0, 256, (STEPS, 3, 6, 8, 3), dtype=np.uint8)
+    cand.preview = generator.integers(0, 256, (STEPS, 3, 6, 8, 3), dtype=np.uint8)
+    base.preview_frames = cand.preview_frames = [10, 13, 16]
+    result = compare_trajectories(base, cand, threshold=0.05)
+    result.update(preview=preview_fidelity(base), aligned=None, runs={"baseline": {}, "candidate": {}})
+    assert result["preview"]["kind"] == "vae_window" and result["preview"]["fidelity"]["held_out"] is True
+    data = trajectory_data(result, base, cand)
+    shown = step_view(data, 2, 1)
+    assert np.array_equal(shown["baseline"], _enlarged(base.preview[2, 1]))  # the recorded frames, not the map
+    assert np.array_equal(shown["candidate"], _enlarged(cand.preview[2, 1]))
+    assert "decode of one window" in shown["html"] and "clip frames 10, 13, 16" in shown["html"]
+    assert "measured held-out" in shown["html"]
+    short = Trajectory(x0=cand.x0[[0, 3]], t=[0.0, 0.7], records=[CANDIDATE_RECORDS[0], CANDIDATE_RECORDS[3]],
+                       preview=cand.preview[[0, 3]], preview_frames=[10, 13, 16])
+    aligned, note = align(base, short)  # t 0.7 lies between the baseline's 0.5 and 0.75: the nearer is 0.75
+    assert np.array_equal(aligned.previews(), base.preview[[0, 3]]) and "preview" in note
 
 
 def test_the_sol_attn_gate_is_plotted_and_told_beside_the_divergence():

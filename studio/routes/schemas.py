@@ -251,7 +251,11 @@ class TrajectoryObject(_Body):
     subject_cells: float | None = None
     aligned: str | None = Field(None, description="set when the runs' step counts differ: how they were aligned")
     runs: dict[str, Any]
-    preview: dict[str, Any] = Field(description="the x0 preview map and its measured (in-sample) fidelity")
+    preview: dict[str, Any] = Field(
+        description='what the x0 previews are - kind "vae_window" (the VAE on one window of each step\'s x0; '
+                    '"frames": their indices in the clip) or "linear" (a latent-to-RGB map: pairs recorded before) - '
+                    'and "fidelity": that kind\'s fidelity measured on held-out steps and prompts against the VAE '
+                    'decode of the whole x0 (bench/trajectory_fidelity.py), not a fit\'s in-sample error')
     sol_gate: dict[str, Any] = Field(
         description="per run (baseline, candidate): where sparse attention ran, the Sol-Attn gate - each step's "
                     "relative error ||sparse - dense|| / ||dense|| of the attention output against dense attention "

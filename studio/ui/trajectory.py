@@ -8,10 +8,12 @@ attention, the plot's right axis carries its Sol-Attn gate (each step's worst pe
 output against dense attention on the same inputs, and its running sum), and the step's words give both figures:
 small per-call errors under a rising divergence are what the per-call gate cannot see.
 
-The previews are the recorded pooled x0 through one linear latent-to-RGB map (the baseline's, fitted on its final
-x0), so both sides differ only where x0 differs; the map's fidelity is shown with them: its in-sample PSNR on the
-final step, the only one it was measured on here. Everything is read through StudioService.pair_trajectory and the
-stored trajectories (studio/trajectory.py); nothing here computes a divergence.
+The previews are the VAE's decode of one window of each step's x0 (engine/trajectory_preview.py: 3 frames of the
+clip, recorded with the trajectory); pairs recorded before that have only the pooled x0, shown through the baseline's
+linear latent-to-RGB map. Either way the caption gives that preview's fidelity as measured on held-out steps and
+prompts against the VAE decode of the whole x0 (bench/trajectory_fidelity.py), labelled as such.
+Everything is read through StudioService.pair_trajectory and the stored trajectories (studio/trajectory.py); nothing
+here computes a divergence.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ NOT_RECORDED = ("<p>This pair was not recorded. Tick <b>Record the denoising tra
 @dataclass(frozen=True)
 class TrajectoryData:
     """One recorded pair as the view shows it: the divergence result (StudioService.pair_trajectory) and both runs'
-    previews at the candidate's steps, uint8 (steps, latent frames, rows, columns, 3), through the baseline's map."""
+    previews at the candidate's steps, uint8 (steps, frames, rows, columns, 3): the recorded VAE-window frames, or
+    (pairs recorded before them) every latent frame's pooled x0 through the baseline's linear map."""
 
     result: dict[str, Any]
     base: np.ndarray
@@ -48,19 +51,21 @@ class TrajectoryData:
         return len(self.result["steps"])
 
     @property
-    def latent_frames(self) -> int:
+    def frames(self) -> int:
         return int(self.base.shape[1])
 
-    def clamp(self, step: Any, latent_frame: Any = 0) -> tuple[int, int]:
+    def clamp(self, step: Any, frame: Any = 0) -> tuple[int, int]:
         step = int(round(float(step or 0)))
-        frame = int(round(float(latent_frame or 0)))
-        return min(max(step, 0), self.steps - 1), min(max(frame, 0), self.latent_frames - 1)
+        frame = int(round(float(frame or 0)))
+        return min(max(step, 0), self.steps - 1), min(max(frame, 0), self.frames - 1)
 
 
 def trajectory_data(result: dict[str, Any], base: Trajectory, cand: Trajectory) -> TrajectoryData:
     """The view's data from a divergence result and the two recorded runs (the baseline aligned to the candidate's
-    steps as the result was, both previewed through the baseline's map)."""
+    steps as the result was): their recorded VAE-window previews, else both through the baseline's linear map."""
     aligned, _ = align(base, cand)
+    if aligned.preview is not None and cand.preview is not None:
+        return TrajectoryData(result, aligned.previews(), cand.previews())
     rgb_map = base.rgb_map if base.rgb_map is not None else cand.rgb_map
     if rgb_map is None:
         raise RequestError("trajectory", "the recorded runs have no preview map (recorded without decoded frames)")
@@ -133,11 +138,7 @@ def step_html(data: TrajectoryData, step: int) -> str:
     first = result["first_over"]
     first_text = f"first over the threshold: step {first}" if first is not None else \
         f"no step over the threshold {result['threshold']:g}"
-    preview = result["preview"]
-    fidelity = (f"Previews: a linear latent-to-RGB map fitted on the baseline's final x0, applied to both runs; "
-                f"fidelity measured in-sample only: PSNR {preview['psnr_db']:.1f} dB on the final step "
-                "(not measured at earlier steps)") if preview.get("psnr_db") is not None else \
-        "Previews: fidelity not measured"
+    fidelity = preview_caption(result.get("preview") or {})
     aligned = f"<br><small>{html.escape(result['aligned'])}</small>" if result.get("aligned") else ""
     gate = sol_text(result, step)
     gate = f"<br>{html.escape(gate)}" if gate else ""
@@ -146,6 +147,24 @@ def step_html(data: TrajectoryData, step: int) -> str:
             f"{_number(row.get('background'))}{flag} · {first_text} ({measure})<br>"
             f"Baseline: {html.escape(_words(row['base']))} · Accelerated: {html.escape(_words(row['candidate']))}"
             f"{gate}<br><small>{html.escape(fidelity)}</small>{aligned}</p>")
+
+
+def preview_caption(preview: dict[str, Any]) -> str:
+    """What the previews are and their fidelity measured on held-out steps and prompts (never a fit's in-sample
+    figure)."""
+    kind, measured = preview.get("kind"), preview.get("fidelity")
+    what = {"vae_window": "the VAE's decode of one window of each step's x0 (clip frames "
+                          f"{', '.join(map(str, preview.get('frames') or []))})",
+            "linear": "each latent frame's pooled x0 through a linear latent-to-RGB map fitted on the baseline's "
+                      "final x0 (recorded before the VAE preview)"}.get(kind)
+    if what is None:
+        return "Previews: none recorded"
+    if not measured:
+        return f"Previews: {what}; fidelity not measured"
+    return (f"Previews: {what}. Fidelity against the VAE decode of the whole x0, measured held-out "
+            f"({measured['measured_on']}): PSNR median {measured['psnr_db_median']:.1f} dB (worst "
+            f"{measured['psnr_db_min']:.1f}), on the subject worst {measured['subject_psnr_db_min']:.1f} dB, "
+            f"per-channel correlation median {measured['correlation_median']:.2f} on steps with structure")
 
 
 def marker_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -215,13 +234,13 @@ def divergence_figure(result: dict[str, Any], step: int | None = None):
     return figure
 
 
-def step_view(data: TrajectoryData, step: Any, latent_frame: Any = 0) -> dict[str, Any]:
-    """What the view shows at a step: both previews of one latent frame, the heat map (over all latent frames, one
+def step_view(data: TrajectoryData, step: Any, frame: Any = 0) -> dict[str, Any]:
+    """What the view shows at a step: both previews of one frame, the heat map (over all latent frames, one
     scale for every step), the step's words and the plot marking it."""
-    step, frame = data.clamp(step, latent_frame)
+    step, frame = data.clamp(step, frame)
     heat = np.asarray(data.result["heat"], np.float64)
     vmax = max(float(heat.max()) if heat.size else 0.0, data.result["threshold"])
-    return {"step": step, "latent_frame": frame,
+    return {"step": step, "frame": frame,
             "baseline": _enlarged(data.base[step, frame]), "candidate": _enlarged(data.cand[step, frame]),
             "heat": _enlarged(heat_image(heat[step], vmax)), "html": step_html(data, step),
             "figure": divergence_figure(data.result, step)}
@@ -243,7 +262,7 @@ def build_trajectory_view(service: StudioService) -> dict[str, Any]:
         status = gr.HTML(NOT_RECORDED, js_on_load=None, elem_id="h3-traj-status")
         with gr.Row():
             step = gr.Slider(0, 1, value=0, step=1, label="Denoising step", elem_id="h3-traj-step", scale=5)
-            frame = gr.Slider(0, 1, value=0, step=1, label="Latent frame (previews)", elem_id="h3-traj-frame",
+            frame = gr.Slider(0, 1, value=0, step=1, label="Preview frame", elem_id="h3-traj-frame",
                               scale=2)
             threshold = gr.Number(THRESHOLD, label="Threshold (relative RMS)", elem_id="h3-traj-threshold", scale=1)
             first = gr.Button("Jump to the first step over the threshold", size="sm", elem_id="h3-traj-first",
@@ -272,11 +291,11 @@ def build_trajectory_view(service: StudioService) -> dict[str, Any]:
                 error_html(error.field, error.message)
             return [text, *blank]
         shown = step_view(data, 0)
-        summary = (f"<p>{data.steps} steps · {data.latent_frames} latent frames · grid "
+        summary = (f"<p>{data.steps} steps · {data.frames} preview frames · grid "
                    f"{'×'.join(map(str, data.result['grid']))} cells · stored "
                    f"{_sizes(data.result['runs'])}</p>")
         return [summary, gr.update(maximum=max(data.steps - 1, 1), value=0),
-                gr.update(maximum=max(data.latent_frames - 1, 1), value=shown["latent_frame"]),
+                gr.update(maximum=max(data.frames - 1, 1), value=shown["frame"]),
                 shown["baseline"], shown["candidate"], shown["heat"], shown["html"], shown["figure"]]
 
     def render(pair_id, step_v, frame_v, threshold_v):
@@ -312,7 +331,7 @@ def wire_trajectory_view(view: dict[str, Any], pair: gr.Dropdown) -> None:
     view["first"].click(view["jump"], [pair, view["threshold"]], view["step"], **limits)
 
 
-def trajectory_step_outputs(service: StudioService, pair_id: str | None, step: Any, latent_frame: Any,
+def trajectory_step_outputs(service: StudioService, pair_id: str | None, step: Any, frame: Any,
                             threshold: Any = THRESHOLD) -> list[Any]:
     """The step slider's callback: [baseline preview, accelerated preview, heat map, the step's words, the plot]."""
     if not pair_id:
@@ -321,7 +340,7 @@ def trajectory_step_outputs(service: StudioService, pair_id: str | None, step: A
         data = load_data(service, pair_id, threshold)
     except (StoreError, RequestError) as error:
         return [None, None, None, error_html(error.field, error.message), None]
-    shown = step_view(data, step, latent_frame)
+    shown = step_view(data, step, frame)
     return [shown["baseline"], shown["candidate"], shown["heat"], shown["html"], shown["figure"]]
 
 
