@@ -5,7 +5,7 @@
 #   bash bench/gpu_suite_and_gate.sh [PROMPTS]
 #
 # PyAV (the engine writes MP4s with it; the image has none) is too large to carry beside the tree in one call: it
-# travels xz-tarred in parts (.whlx/av.part00, av.part01, ...), one call each on a warm machine, each kept under
+# travels xz-tarred in parts (.whlx0/av.part00, .whlx1/av.part01, ...), one call each on a warm machine, each kept under
 # /tmp/avparts; the call that finds them all (AV_PARTS) unpacks them.
 #
 # Writes $OUT/gpu_tests.txt, $OUT/trajectory_gpu_64.json, $OUT/trajectory_gpu_128.json, $OUT/env.txt.
@@ -13,7 +13,7 @@ set -o pipefail
 PROMPTS=${1:-12}
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT" /tmp/site
-mkdir -p /tmp/avparts; cp .whlx/av.part* /tmp/avparts/ 2>/dev/null
+mkdir -p /tmp/avparts; cp .whlx*/av.part* /tmp/avparts/ 2>/dev/null
 if [ "${STAGE_ONLY:-0}" = 1 ]; then ls -la /tmp/avparts; exit 0; fi
 [ -d /tmp/site/diffusers ] || { xz -dc .whld/diffusers.tar.xz | tar xf - -C /tmp/site || exit 1; }
 [ "$(ls /tmp/avparts | wc -l)" = "${AV_PARTS:-3}" ] && [ ! -d /tmp/site/av ] && { cat /tmp/avparts/av.part* | xz -dc | tar xf - -C /tmp/site || exit 1; }
