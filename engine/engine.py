@@ -196,7 +196,9 @@ class Engine(ModelFacts):
     def num_blocks(self) -> int:
         return len(self.components.transformer.transformer_blocks)
 
-    def validate(self, payload: dict | GenerationRequest) -> GenerationRequest:
+    def validate(self, payload: dict | GenerationRequest, trajectory: bool = False) -> GenerationRequest:
+        """A checked request; `trajectory`: it will record its trajectory, so the memory check counts what recording
+        holds on top (the Sol-Attn gate's dense reference on a sparse tier, engine/memory.py)."""
         if self.damaged is not None:  # never serve clips from weights that are not the checkpoint's
             raise RuntimeError(self.damaged)
         request = self.tiers.validate(payload, self.limits)
@@ -206,13 +208,19 @@ class Engine(ModelFacts):
             if reason:
                 raise RequestError("tier", f"{request.tier} is unavailable: {reason}")
         if self.memory is not None:  # refuse what this machine cannot hold, before anything runs
-            self.memory.check(request, self.components.tokenizer)
+            self.memory.check(request, self.components.tokenizer, trajectory)
         return request
 
-    def plan(self, payload: dict | GenerationRequest) -> RequestPlan:
+    def check_trajectory_memory(self, planned: RequestPlan) -> None:
+        """Raise InsufficientMemory if this engine's `planned` request cannot also record its trajectory (a plan
+        made without `trajectory` was checked without what recording holds)."""
+        if self.memory is not None:
+            self.memory.check(planned.request, self.components.tokenizer, trajectory=True)
+
+    def plan(self, payload: dict | GenerationRequest, trajectory: bool = False) -> RequestPlan:
         """Validate and plan one request: the tier config its clip will carry, its canvas, the model. `generate`
-        runs what this returns."""
-        return plan_request(self.validate(payload), self.tiers, self.components.geometry, self.num_blocks,
+        runs what this returns. `trajectory`: checked for memory as a recording request (`validate`)."""
+        return plan_request(self.validate(payload, trajectory), self.tiers, self.components.geometry, self.num_blocks,
                             self.model_id, self.model_name, self.sparse_kernel)
 
     @property
@@ -250,14 +258,15 @@ class Engine(ModelFacts):
         reads the loop and changes no pixel of the clip."""
         timer = _Timer(cancel if self.parallel is None else None)
         with timer.stage("validate"):
-            planned = self._runnable(job)
+            planned = self._runnable(job, trajectory)
         with self._lock:
             return self._generate(planned, timer, on_step, cancel, trajectory)
 
-    def _runnable(self, job: RequestPlan | dict | GenerationRequest) -> RequestPlan:
-        """The plan `job` runs: its own when it is one of this engine's plans, else `plan(job)`."""
+    def _runnable(self, job: RequestPlan | dict | GenerationRequest, trajectory: bool = False) -> RequestPlan:
+        """The plan `job` runs: its own when it is one of this engine's plans (a recording plan's memory is
+        checked where it was planned: `check_trajectory_memory`), else `plan(job, trajectory)`."""
         if not isinstance(job, RequestPlan):
-            return self.plan(job)
+            return self.plan(job, trajectory)
         if self.damaged is not None:  # planned before a removal failed: still never served from those weights
             raise RuntimeError(self.damaged)
         if job.remote or job.tier_plan is None or job.canvas is None or job.model_id != self.model_id:

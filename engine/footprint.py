@@ -431,6 +431,26 @@ def request_cost(root: str | Path, geometry, duration_seconds: float, text_token
     )
 
 
+SOL_ERROR_CHUNK = 4096  # engine/attention.py `relative_error`'s rows per float32 chunk
+
+
+def sol_gate_bytes(rows: int, heads: int, head_dim: int, size: int) -> int:
+    """What the Sol-Attn gate holds beside one sparse attention call while a trajectory is recorded
+    (engine/attention.py): the dense reference's output (rows x heads x head_dim at the activation dtype) and its
+    softmax statistics (the flash-style kernel's float32 log-sum-exp, heads x rows: no rows x rows scores), and
+    `relative_error`'s float32 copies of both outputs and their difference for one chunk of rows. Every sparse call
+    of a request runs at the same packed length, so this is the largest call's too."""
+    chunk = min(rows, SOL_ERROR_CHUNK)
+    return rows * heads * head_dim * size + heads * rows * 4 + 3 * chunk * heads * head_dim * 4
+
+
+def request_gate_bytes(root: str | Path, cost, dtype: torch.dtype = torch.bfloat16) -> int:
+    """`sol_gate_bytes` at a RequestCost's packed length for the transformer at `root`."""
+    transformer = json.loads((Path(root) / "transformer" / "config.json").read_text())
+    return sol_gate_bytes(cost.rows, transformer["num_attention_heads"], transformer["attention_head_dim"],
+                          torch.empty(0, dtype=dtype).element_size())
+
+
 def geometry_of(root: str | Path, pipeline_config: dict):
     """`engine.layout.ModelGeometry` from the configs alone (what `Components.geometry` gives once loaded)."""
     from engine.layout import ModelGeometry

@@ -16,6 +16,7 @@ Per rank (rank 0 is the fullest: it holds the conditioner and decodes), bytes:
     encode   = weights + conditioner (when not resident) + encode activations
     merge    = weights + the LoRA merge's undo records + the merge workspace (tiers that merge a LoRA per request)
     denoise  = weights + denoise activations / N + the Ulysses q/k/v exchange buffers / N + the undo records
+             + the Sol-Attn gate's dense reference (only a request recording its trajectory on a sparse tier)
     decode   = weights + decode activations (the base weights are restored by then)
 The peak is the largest phase. `usable` leaves `reserve` for what `max_memory_allocated` does not count (CUDA
 context, cuBLAS/cuDNN workspaces, allocator fragmentation).
@@ -67,6 +68,10 @@ class RequestCost:
     undo: int = 0  # a merged LoRA's restore records, held from the merge to the restore (engine/weight_undo.py)
     merge_workspace: int = 0  # the transient of merging or restoring its largest target weight
     tier: str = ""  # the tier the merge figures are for ("" when none merges)
+    # While a trajectory is recorded, every sparse attention call also runs dense attention on the same q/k/v (the
+    # Sol-Attn gate, engine/attention.py): its output, softmax statistics and the error's float32 chunks are held
+    # beside the sparse call's own (engine/footprint.py `sol_gate_bytes`); 0 for every other request.
+    gate: int = 0
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,8 @@ class MemoryPlan:
         encode_extra = self.sizes.conditioner if self.placement in ("offload", "reload") else 0
         phases = {
             "encode": self.weights + encode_extra + cost.encode,
-            "denoise": self.weights + -(-cost.denoise // w) + (-(-cost.exchange // w) if w > 1 else 0) + cost.undo,
+            "denoise": self.weights + -(-cost.denoise // w) + (-(-cost.exchange // w) if w > 1 else 0) + cost.undo
+                       + cost.gate,
             "decode": self.weights + cost.decode,
         }
         if cost.undo or cost.merge_workspace:
@@ -141,6 +147,7 @@ class MemoryPlan:
         device = "CPU's memory" if self.machine.kind == "cpu" else "GPU"
         where = f"this {device}" if self.machine.world == 1 else f"rank 0 of {self.machine.world} GPUs"
         merged = f", {gib(cost.undo)} GiB of {cost.tier}'s merged-LoRA undo records" if cost.undo else ""
+        merged += f", {gib(cost.gate)} GiB for the Sol-Attn gate (trajectory recording)" if cost.gate else ""
         which = f" ({cost.tier})" if cost.tier else ""
         return (f"a {cost.label} request{which} needs {gib(value)} GiB at {phase} on {where} "
                 f"({gib(self.weights)} GiB weights, conditioner {self.placement}{merged}), "

@@ -78,34 +78,41 @@ class MemoryGuard:
     merges: dict = field(default_factory=dict)  # tier name -> engine.footprint.MergeCost (tiers merging a LoRA)
     sparse_kernel: str | None = None  # the sparse backend that runs: its extra bytes count (footprint.request_cost)
     dtype: torch.dtype = torch.bfloat16  # the engine's weights and activations
+    sparse_tiers: frozenset = frozenset()  # tiers that run sparse attention: recording them adds the Sol-Attn gate
 
     def cost(self, duration_seconds: float, text_tokens: int, aspect_ratio: str = "16:9",
-             short_edge: int | None = None, tier: str | None = None) -> RequestCost:
-        from engine.footprint import request_cost
+             short_edge: int | None = None, tier: str | None = None, trajectory: bool = False) -> RequestCost:
+        """A request's cost; `trajectory`: it records its trajectory, so a sparse tier's calls also run the
+        Sol-Attn gate's dense reference (`RequestCost.gate`; recording a dense tier adds nothing here)."""
+        from engine.footprint import request_cost, request_gate_bytes
 
         cost = request_cost(self.root, self.geometry, duration_seconds, text_tokens, aspect_ratio, short_edge,
                             self.dtype, self.sparse_kernel, **_device_decode(self.plan.machine, self.geometry))
+        if trajectory and tier in self.sparse_tiers:
+            cost = replace(cost, gate=request_gate_bytes(self.root, cost, self.dtype))
         return with_merge(cost, tier, self.merges.get(tier))
 
-    def check(self, request, tokenizer) -> None:
-        """Raise `InsufficientMemory` if `request` cannot be held; nothing has run yet when it is raised."""
+    def check(self, request, tokenizer, trajectory: bool = False) -> None:
+        """Raise `InsufficientMemory` if `request` (recording its trajectory: `trajectory`) cannot be held;
+        nothing has run yet when it is raised."""
         text_tokens = len(tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
         cost = self.cost(request.duration_seconds, text_tokens, request.aspect_ratio, request.short_edge,
-                         request.tier)
+                         request.tier, trajectory)
         if self.plan.fits(cost):
             return
-        longest = self.longest_fitting(text_tokens, request.aspect_ratio, request.short_edge, request.tier)
+        longest = self.longest_fitting(text_tokens, request.aspect_ratio, request.short_edge, request.tier,
+                                       trajectory)
         hint = (f"; the longest that fits is {longest:g} s" if longest is not None
                 else "; no duration fits this machine at this size: choose a smaller short_edge")
         field = "duration_seconds" if longest is not None else "short_edge"  # what would make it fit
         raise InsufficientMemory(field, self.plan.describe(cost) + hint, self.plan.shortfall(cost))
 
     def longest_fitting(self, text_tokens: int, aspect_ratio: str, short_edge: int | None,
-                        tier: str | None = None) -> float | None:
+                        tier: str | None = None, trajectory: bool = False) -> float | None:
         """The longest duration on a 0.125 s grid from 5 s that fits, or None."""
         best, seconds = None, 5.0
         while seconds <= LONGEST_SECONDS:
-            if not self.plan.fits(self.cost(seconds, text_tokens, aspect_ratio, short_edge, tier)):
+            if not self.plan.fits(self.cost(seconds, text_tokens, aspect_ratio, short_edge, tier, trajectory)):
                 break
             best, seconds = seconds, seconds + 0.125
         return best
@@ -162,7 +169,7 @@ def plan_for(root: str | Path, machine: Machine, geometry, tiers=None, sparse_ke
     every request: a plan per tier would refuse the same request on one tier and not another for want of 6 GB at
     14.375 s); `dtype`: the engine's (the CPU nano runs in float32)."""
     from engine.footprint import component_sizes, request_cost
-    from engine.techniques import in_use, techniques
+    from engine.techniques import active, in_use, techniques
 
     sizes = Sizes.of(component_sizes(root, techniques=techniques()), in_use(tiers) if tiers is not None else ())
     merges = merge_costs(root, tiers) if tiers is not None else {}
@@ -173,7 +180,10 @@ def plan_for(root: str | Path, machine: Machine, geometry, tiers=None, sparse_ke
     if allowed:
         name = max(allowed, key=lambda n: allowed[n].undo + allowed[n].workspace)
         longest = with_merge(longest, name, allowed[name])
-    return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry, merges, sparse_kernel, dtype)
+    sparse_tiers = frozenset(name for name, tier in tiers.tiers.items()
+                             if any(t.name == "sparse" for t in active(tier))) if tiers is not None else frozenset()
+    return MemoryGuard(plan_memory(sizes, longest, machine), Path(root), geometry, merges, sparse_kernel, dtype,
+                       sparse_tiers)
 
 
 def apply_plan(components, plan: MemoryPlan | None) -> list:

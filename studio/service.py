@@ -458,6 +458,7 @@ class StudioService:
             if not getattr(self.engine, "records_trajectories", False):
                 raise RequestError("trajectory", "this studio's engine (sequence-parallel, --ulysses) does not record "
                                                  "denoising trajectories; the single-process engine does")
+            self.engine.check_trajectory_memory(planned)  # the Sol-Attn gate's memory on top, before it is queued
             bounds[role] = int(self.engine.trajectory_bound(planned))  # the plan's canvas and steps
         return bounds
 
