@@ -182,6 +182,7 @@ class Comparison:
             "subject_displacement_px": table["subject_moved"]["value"],
             "subject_fragments": table["subject_fragments"]["value"],
             "subject_colour_delta": table["subject_colour"]["value"],
+            "subject_patch": table["subject_patch"]["value"],
             "subject_flip": table["subject_flip"]["value"],
         }
 
@@ -193,7 +194,7 @@ class Comparison:
             track = self.subject
             series.update(subject_present=track.present, subject_displacement_px=track.displacement_px,
                           subject_fragments=np.maximum(track.fragments - track.base_fragments, 0),
-                          subject_colour_delta=track.colour_delta)
+                          subject_colour_delta=track.colour_delta, subject_patch=track.patch)
             flip = self.subject_flip
             if flip is not None:
                 series["subject_flip"] = flip
@@ -254,7 +255,7 @@ def _round(value: float | None, digits: int) -> float | None:
 
 
 SUBJECT_SERIES = ("subject_present", "subject_displacement_px", "subject_fragments", "subject_colour_delta",
-                  "subject_flip")
+                  "subject_patch", "subject_flip")
 
 
 def _finite(value: float, digits: int) -> float | None:

@@ -5,10 +5,11 @@ jump-to-frame in Compare) and `text` the sentence the reviewer reads ("subject l
 per-frame series, not clip means, wherever a short defect matters (quality/windows.py): the subject gates
 and FLIP use the worst window of `window_frames` frames, ghosting counts flagged frames inside one window.
 
-The subject gates (quality/subject.py) come first: a subject that vanishes, moves, breaks up or changes
-colour is what whole-frame figures miss. Their limits, the window size and the ghost and sharpness limits were
-tuned on the calibration part of a labelled corpus of nano pairs (bench/subject_calibrate.py, BENCHMARKS.md
-"Subject gates"; the held-out part's figures are in bench/results/subject_heldout.json).
+The subject gates (quality/subject.py) come first: a subject that vanishes, moves, breaks up, changes
+colour or shows a blotch of another colour is what whole-frame figures miss. Their limits, the window size and the
+ghost and sharpness limits were tuned on the calibration part of a labelled corpus of nano pairs
+(bench/subject_calibrate.py, bench/subject_patch_strips.py, BENCHMARKS.md "Subject gates"; the held-out part's
+figures are in bench/results/subject_heldout.json).
 
 Other defaults: LPIPS delta <= 0.04 follows Sol-Engine's promotion gate (h3-facts §6); audio desync <= 40 ms (EBU
 R37 allows audio to lead picture by 40 ms, ITU-R BT.1359's detectability threshold is +45 / -125 ms; a candidate
@@ -42,6 +43,9 @@ class Gates:
     subject_moved_max: float | None = 0.1  # worst-window median displacement, share of the frame's short side
     subject_fragments_max: float | None = 1.0  # worst-window median of pieces beyond the baseline's
     subject_colour_max: float | None = 35.0  # worst-window median CIELAB distance of the subject's mean colour
+    # Chosen on the calibration part alone (bench/subject_patch_strips.py: the lowest limit that flags no pair
+    # labelled accept, on the committed strips; the clips are not on disk): 0.22.
+    subject_patch_max: float | None = 0.22  # worst-window median share of the subject in a blotch of another hue
     subject_flip_max: float | None = 0.30  # worst-window mean FLIP inside the subject's box
     lpips_delta_max: float | None = 0.04
     sharpness_ratio_min: float | None = 0.6
@@ -66,9 +70,9 @@ class GateInputs:
     """What the gates read. None: not measured (no LPIPS, no audio, a single frame, no subject in the baseline).
 
     series: per-frame float arrays (T,), NaN where a frame has no value: subject_present, subject_displacement_px,
-    subject_fragments (pieces beyond the baseline's), subject_colour_delta, subject_flip, flip, ghost_score
-    (near the subject; 0 elsewhere). short_side: the frame's short side in pixels (the displacement limit is a share
-    of it). ghost_threshold: the detector's per-frame threshold.
+    subject_fragments (pieces beyond the baseline's), subject_colour_delta, subject_patch, subject_flip, flip,
+    ghost_score (near the subject; 0 elsewhere). short_side: the frame's short side in pixels (the displacement
+    limit is a share of it). ghost_threshold: the detector's per-frame threshold.
     """
 
     lpips_delta: float | None
@@ -129,7 +133,7 @@ def _subject_gates(table: _Table, values: GateInputs, gates: Gates) -> None:
     present = s.get("subject_present")
     if present is None or not np.isfinite(present).any():
         for name in ("subject_lost", "subject_present", "subject_moved", "subject_fragments", "subject_colour",
-                     "subject_flip"):
+                     "subject_patch", "subject_flip"):
             table.add(name, _entry(None, getattr(gates, f"{name}_max", None) or getattr(gates, f"{name}_min", None),
                                    None))
         table.unmeasured.append(f"subject ({values.subject_reason or 'no subject found in the baseline'})")
@@ -173,6 +177,14 @@ def _subject_gates(table: _Table, values: GateInputs, gates: Gates) -> None:
     table.add("subject_colour", _entry(None if colour is None else _round(colour.value, 1), gates.subject_colour_max,
                                        passed, colour, None if colour is None else
                                        f"subject colour changed (ΔE {colour.value:.0f}) in {_span(colour)}"))
+
+    patch = s.get("subject_patch")
+    window = None if patch is None else worst_window(patch, w, higher_is_worse=True, how="median")
+    passed = None if gates.subject_patch_max is None or window is None else window.value <= gates.subject_patch_max
+    table.add("subject_patch", _entry(None if window is None else _round(window.value, 3), gates.subject_patch_max,
+                                      passed, window, None if window is None else
+                                      f"a patch of another colour covers {window.value:.0%} of the subject in "
+                                      f"{_span(window)}"))
 
     flip = s.get("subject_flip")
     window = None if flip is None else worst_window(flip, w, higher_is_worse=True)

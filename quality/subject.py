@@ -24,6 +24,17 @@ drew it. Per frame:
   - fragments / base_fragments: connected pieces of `min_piece` of the subject's area or more;
   - colour_delta: CIELAB distance between the subject's mean colours (over all standing-out candidate pixels in the
     search region, so a subject that changed colour is measured, not just lost);
+  - patch: the share of the subject's interior covered by its largest blotch of another colour. The candidate is
+    shifted onto the baseline subject (the centroid of its pixels that stand out near it onto the baseline's) and
+    compared with it pixel by pixel inside the subject (eroded by a pixel, so an outline that wobbles is not a
+    blotch), where both draw the subject (a pixel the candidate left to the background is `present`'s and
+    `overlap`'s). "Another colour" is another hue: the CIE hue difference ΔH (CIELAB units, chroma-weighted, so a
+    grey's noisy hue counts for little and a lighter or darker shade of the same colour not at all; the nano's
+    subjects are shaded blotchily and differently from run to run). A slight tint of the whole subject (the median
+    hue shift, up to `patch_tint_deg`) is taken off first; pixels still over `patch_tolerance` apart are
+    off-colour, and the largest connected piece of them is the patch. A mean colour hardly moves when a fifth of
+    the subject turns purple; this does (0 for an identical candidate). A subject recoloured as a whole is
+    colour_delta's;
   - ssim: SSIM of the luma inside the baseline subject's box (grown by `box_margin`), so the background cannot
     dilute it; the FLIP restricted to the subject comes from `region_mean` over the FLIP maps.
 """
@@ -48,6 +59,9 @@ class SubjectParams:
     colour_tolerance: float = 30.0  # CIELAB distance from the baseline subject's colour for a pixel to match
     lost_below: float = 0.25  # present share under which the subject counts as lost in a frame
     box_margin: float = 0.5  # the subject box grows by this share of its size on each side for the subject SSIM
+    # Chosen on the calibration part of issue 35's corpus (bench/subject_patch_strips.py, BENCHMARKS.md):
+    patch_tolerance: float = 6.0  # CIE ΔH (CIELAB units) for a pixel to be off-colour, once the tint is taken off
+    patch_tint_deg: float = 3.0  # a hue shift of the whole subject up to this is a tint, not a patch
 
 
 @dataclass
@@ -62,6 +76,7 @@ class SubjectTrack:
     fragments: np.ndarray
     base_fragments: np.ndarray
     colour_delta: np.ndarray
+    patch: np.ndarray  # share of the subject's interior in its largest blotch of another colour
     ssim: np.ndarray
     masks: np.ndarray  # bool (T, h, w): the baseline subject on the analysis grid
     params: SubjectParams
@@ -174,6 +189,34 @@ def _near_palette(lab: np.ndarray, where: np.ndarray, palette: np.ndarray, toler
     return out
 
 
+def _patch_share(base_lab: np.ndarray, cand_lab: np.ndarray, mask: np.ndarray, cand_mask: np.ndarray,
+                 offset: np.ndarray, params: SubjectParams) -> float:
+    """Share of the subject's interior (mask eroded by one pixel; the whole mask if that leaves under a quarter of
+    it) covered by the largest connected piece of pixels, drawn as subject in both, whose hue differs from the
+    baseline's by more than `patch_tolerance` (CIE ΔH), once the candidate is shifted by -offset (its subject
+    onto the baseline's) and a tint (the median hue shift, at most `patch_tint_deg`) is taken off."""
+    interior = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
+    if interior.sum() < 0.25 * mask.sum():
+        interior = mask
+    shift = np.float32([[1, 0, -offset[0]], [0, 1, -offset[1]]])
+    size = cand_lab.shape[1::-1]
+    moved = cv2.warpAffine(cand_lab, shift, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    both = interior & cv2.warpAffine(cand_mask.astype(np.uint8), shift, size, flags=cv2.INTER_NEAREST).astype(bool)
+    if not both.any():
+        return 0.0
+    cand, base = moved[both].astype(np.float64), base_lab[both].astype(np.float64)
+    hue = np.arctan2(cand[:, 2], cand[:, 1]) - np.arctan2(base[:, 2], base[:, 1])
+    hue = (hue + np.pi) % (2 * np.pi) - np.pi
+    tint = np.radians(params.patch_tint_deg)
+    hue -= np.clip(np.median(hue), -tint, tint)
+    chroma = np.sqrt(np.hypot(cand[:, 1], cand[:, 2]) * np.hypot(base[:, 1], base[:, 2]))
+    off = np.zeros(mask.shape, np.uint8)
+    off[both] = np.abs(2 * chroma * np.sin(hue / 2)) > params.patch_tolerance
+    count, _, stats, _ = cv2.connectedComponentsWithStats(off, connectivity=8)
+    largest = max((stats[i, cv2.CC_STAT_AREA] for i in range(1, count)), default=0)
+    return float(largest / interior.sum())
+
+
 def _box_ssim(a: np.ndarray, b: np.ndarray) -> float:
     """SSIM of two equally shaped luma crops (8-bit units), 7x7 Gaussian windows; whole-crop mean."""
     c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
@@ -203,7 +246,7 @@ def track_subject(base_frames: np.ndarray, cand_frames: np.ndarray, factor: int,
     frames = len(base_frames)
     nan = np.full(frames, np.nan)
     out = {name: nan.copy() for name in ("base_area", "present", "displacement_px", "size_ratio", "overlap",
-                                         "fragments", "base_fragments", "colour_delta", "ssim")}
+                                         "fragments", "base_fragments", "colour_delta", "patch", "ssim")}
     masks = None
     for t in range(frames):
         base_lab = to_lab(base_frames[t], factor, params.blur_sigma)
@@ -219,7 +262,8 @@ def track_subject(base_frames: np.ndarray, cand_frames: np.ndarray, factor: int,
         radius = max(1, int(round(params.search * min(h, w))))
         near = cv2.dilate(base_mask.astype(np.uint8), cv2.getStructuringElement(
             cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))).astype(bool)
-        cand_out = standout(cand_lab, params) & near
+        cand_standout = standout(cand_lab, params)
+        cand_out = cand_standout & near
         colour = base_lab[base_mask].mean(axis=0)
         matches = cand_out & _near_palette(cand_lab, cand_out, base_lab[base_mask], params.colour_tolerance)
         count, matched = _pieces(matches, params.min_piece * area)
@@ -241,6 +285,9 @@ def track_subject(base_frames: np.ndarray, cand_frames: np.ndarray, factor: int,
             out["overlap"][t] = _aligned_overlap(base_mask, matched)
         else:
             out["overlap"][t] = 0.0
+        # Aligned on the subject as the candidate drew it, whatever its colours (`matched` leaves a patch out).
+        offset = _centroid(cand_out) - _centroid(base_mask) if cand_out.any() else np.zeros(2)
+        out["patch"][t] = _patch_share(base_lab, cand_lab, base_mask, cand_standout, offset, params)
         box = _grown(base_mask, params.box_margin)
         ys, xs = np.nonzero(box)
         crop = (slice(ys.min(), ys.max() + 1), slice(xs.min(), xs.max() + 1))

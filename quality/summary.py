@@ -49,6 +49,7 @@ class FrameMetrics:
     subject_displacement_px: float | None = None
     subject_fragments: float | None = None  # pieces beyond the baseline's
     subject_colour_delta: float | None = None
+    subject_patch: float | None = None  # share of the subject in its largest blotch of another colour
     subject_flip: float | None = None
     subject_lost: bool = False
 
@@ -121,6 +122,7 @@ class QualitySummary:
     subject_displacement_px: float | None = None
     subject_fragments: float | None = None
     subject_colour_delta: float | None = None
+    subject_patch: float | None = None
     subject_flip: float | None = None
     lpips_delta: float | None = None
     lpips_reason: str | None = None

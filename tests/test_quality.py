@@ -37,7 +37,7 @@ SUMMARY_KEYS = {"frames", "ghosting", "ghost_score", "worst_frame", "psnr_mean",
                 "sharpness_ratio", "temporal_jitter_ratio", "audio", "per_frame", "gates", "suggested_verdict",
                 "suggestion_reasons", "lpips_reason", "flip", "flip_reason", "temporal_consistency", "worst_by",
                 "ghost_peak_frame", "subject_lost_frames", "subject_present", "subject_displacement_px",
-                "subject_fragments", "subject_colour_delta", "subject_flip"}
+                "subject_fragments", "subject_colour_delta", "subject_patch", "subject_flip"}
 
 
 @pytest.fixture(scope="module")

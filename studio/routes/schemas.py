@@ -144,6 +144,8 @@ class QualityMetrics(_Body):
     subject_displacement_px: float | None = None
     subject_fragments: float | None = None
     subject_colour_delta: float | None = None
+    subject_patch: float | None = Field(None, description="worst-window share of the subject in a blotch of another "
+                                        "colour")
     subject_flip: float | None = None
     per_frame: list[FrameMetrics]
     gates: dict[str, GateObject]

@@ -47,7 +47,7 @@ OVERLAY_KINDS = {VIEWS[1]: "diff", VIEWS[2]: "ghost", VIEWS[3]: "flip"}  # view 
 # The series each per-frame plot draws (SERIES keys; series of one scale share a plot).
 PLOT_PSNR = ("psnr", "subject_moved")
 PLOT_OTHER = ("ssim", "lpips", "ghost", "flip")
-PLOT_SUBJECT = ("subject", "subject_flip")
+PLOT_SUBJECT = ("subject", "subject_patch", "subject_flip")
 GATE_COLUMNS = ["frame", "gate", "frames", "why"]
 
 

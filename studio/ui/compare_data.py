@@ -27,14 +27,17 @@ SERIES = (
     ("temporal", "temporal error", "levels", True),
     ("subject", "subject present", "share", False),
     ("subject_moved", "subject moved", "px", True),
+    ("subject_patch", "subject off-colour patch", "share", True),
     ("subject_flip", "FLIP on subject", "", True),
 )
 # The FrameMetrics field each series reads.
 SERIES_FIELDS = {"psnr": "psnr", "ssim": "ssim", "lpips": "lpips", "ghost": "ghost_score", "flip": "flip",
                  "temporal": "temporal_error", "subject": "subject_present",
-                 "subject_moved": "subject_displacement_px", "subject_flip": "subject_flip"}
+                 "subject_moved": "subject_displacement_px", "subject_patch": "subject_patch",
+                 "subject_flip": "subject_flip"}
 # The series a gate (GateResult.name) reads per frame: the module's pick from that gate ranks a range by it.
 GATE_SERIES = {"subject_lost": "subject", "subject_present": "subject", "subject_moved": "subject_moved",
+               "subject_patch": "subject_patch",
                "subject_flip": "subject_flip", "ghosting": "ghost", "flip": "flip", "flip_window": "flip",
                "lpips_delta": "lpips", "temporal_consistency": "temporal"}
 NOT_AVAILABLE = "not yet available"
