@@ -82,10 +82,28 @@ _SIZE = re.compile(r"\s*([0-9]{1,5})\s*[xX×]\s*([0-9]{1,5})\s*")
 _DECIMAL = re.compile(r"\s*[0-9]{1,5}(\.[0-9]{1,6})?\s*")
 
 
+def check_form(body: dict[str, Any]) -> None:
+    """The checks a body needs no model for (refused and unknown fields, the steps' range, the frame rate, the form
+    of seconds and size): a malformed field is answered 400 even while the engine still loads (503 otherwise)."""
+    _refuse_what_cannot_be_honoured(body)
+    steps = body.get("num_inference_steps")
+    if steps is not None and not MIN_SGLANG_STEPS <= steps <= MAX_SGLANG_STEPS:
+        raise RequestError("num_inference_steps",
+                           f"must be in {MIN_SGLANG_STEPS}..{MAX_SGLANG_STEPS} (N sigma points = N - 1 "
+                           f"transformer forwards), got {steps}")
+    fps = body.get("fps")
+    if fps is not None and fps != FPS:
+        raise RequestError("fps", f"this model generates at {FPS} fps only, got {fps}")
+    seconds = body.get("seconds")
+    if isinstance(seconds, str) and not _DECIMAL.fullmatch(seconds):
+        raise RequestError("seconds", f"must be a number of seconds like \"5\" or 5, got {seconds[:40]!r}")
+    _size(body)
+
+
 def video_payload(body: dict[str, Any], model: ModelCanvas) -> dict[str, Any]:
     """A /v1/videos body (already type-checked by studio.routes.bodies.VideoCreate) → an engine payload; RequestError
     naming the body's field on refusal."""
-    _refuse_what_cannot_be_honoured(body)
+    check_form(body)
     target = body.get("target") or {}
     payload: dict[str, Any] = {"prompt": body["prompt"]}
     payload.update({key: value for key, value in target.items() if value is not None})
@@ -94,11 +112,7 @@ def video_payload(body: dict[str, Any], model: ModelCanvas) -> dict[str, Any]:
             payload[key] = body[key]
     steps = body.get("num_inference_steps")
     if steps is not None:
-        if not MIN_SGLANG_STEPS <= steps <= MAX_SGLANG_STEPS:
-            raise RequestError("num_inference_steps",
-                               f"must be in {MIN_SGLANG_STEPS}..{MAX_SGLANG_STEPS} (N sigma points = N - 1 "
-                               f"transformer forwards), got {steps}")
-        payload["steps"] = steps - 1
+        payload["steps"] = steps - 1  # in range: check_form
     _length(body, target, model, payload)
     _canvas(body, target, model, payload)
     return payload
@@ -136,18 +150,14 @@ def _refuse_what_cannot_be_honoured(body: dict[str, Any]) -> None:
 
 
 def _seconds(value: Any, limits: ModelLimits) -> float:
-    """OpenAI sends seconds as a string ("4"), SGLang as an integer: either, or a decimal, within the limits."""
-    if isinstance(value, str) and not _DECIMAL.fullmatch(value):
-        raise RequestError("seconds", f"must be a number of seconds like \"5\" or 5, got {value[:40]!r}")
+    """OpenAI sends seconds as a string ("4"), SGLang as an integer: either, or a decimal (its form checked by
+    check_form), within the limits."""
     return validate_duration(value, limits, "seconds")
 
 
 def _length(body: dict[str, Any], target: dict[str, Any], model: ModelCanvas, payload: dict[str, Any]) -> None:
     """seconds / num_frames / fps → duration_seconds (target.duration_seconds, if given, is already there)."""
-    numbers, limits = model.numbers, model.limits
-    fps = body.get("fps")
-    if fps is not None and fps != FPS:
-        raise RequestError("fps", f"this model generates at {FPS} fps only, got {fps}")
+    numbers, limits = model.numbers, model.limits  # fps and the form of seconds: check_form
     asked: list[tuple[str, float]] = []  # (field, duration) in order of precedence
     if target.get("duration_seconds") is not None:
         asked.append(("target.duration_seconds", target["duration_seconds"]))

@@ -590,6 +590,12 @@ def test_health_is_503_while_loading(tmp_path):
         assert client.get("/v1/videos").json()["data"] == []  # reads work while loading
         refused = client.post("/v1/videos", json={"prompt": "x"})
         assert refused.status_code == 503 and "loading" in error_of(refused)["message"]
+        # A malformed field needs no model to be named: 400 while loading, not 503.
+        for bad, field in (({"size": "big"}, "size"), ({"seconds": "four"}, "seconds"), ({"fps": 30}, "fps"),
+                           ({"num_inference_steps": 1}, "num_inference_steps"),
+                           ({"guidance_scale": 5}, "guidance_scale"), ({"colour": "red"}, "colour")):
+            malformed = client.post("/v1/videos", json={"prompt": "x", **bad})
+            assert (malformed.status_code, error_of(malformed)["field"]) == (400, field), malformed.json()
         release.set()
         deadline = time.monotonic() + 30
         while client.get("/health").json()["status"] == "loading":

@@ -18,12 +18,13 @@ from studio.routes.objects import page, video_object
 from studio.routes.schemas import VideoCancelled, VideoDeleted, VideoList, VideoObject
 from studio.routes.v1 import MAX_PAGE, actor_of, client_address, v1_router
 from studio.service import StudioService
-from studio.video_request import renames_for, video_payload
+from studio.video_request import check_form, renames_for, video_payload
 
 
 def create_payload(service: StudioService, body: dict[str, Any], default_tier: str | None) -> dict[str, Any]:
     """A /v1/videos body → the engine payload, sized by the engine that will run its tier."""
     tier = body.get("tier") or default_tier
+    check_form(body)  # before model_canvas, which is 503 while the engine loads
     payload = video_payload(body, service.model_canvas(tier))
     if default_tier:
         payload.setdefault("tier", default_tier)
