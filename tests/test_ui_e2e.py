@@ -9,7 +9,8 @@ each test checks its own pairs and configuration, not what the studio holds in a
 
 Flow: open → field error → notes on the prompt, its suggested rewrite, an example prompt → generate a pair with
 1-step clips → compare (frame slider, synced playback, views) → review (name required, accept) → configuration
-approved → export and download the zip. Screenshots of every stage go to tests/artifacts/.
+approved → export and download the zip. Screenshots of every stage go to tests/artifacts/. A second test opens
+Compare → Trajectory on a pair recorded with its trajectory and moves its step slider.
 """
 
 from __future__ import annotations
@@ -394,6 +395,59 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     assert "· queued ·" not in text_of(page, "#h3-generate-result .h3-panel")
     shot(page, "10_running")
     wait_for_pair_done(page, f"{FINAL_PANEL}:has-text('seed 8')")  # leaves nothing running for the next test
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _painted(page, selector: str) -> None:
+    """Wait until the <img> under `selector` has loaded a picture (not only that the element exists)."""
+    page.wait_for_function(f"() => {{ const i = document.querySelector('{selector} img');"
+                           " return i && i.complete && i.naturalWidth > 0; }")
+
+
+def test_trajectory_view_of_a_recorded_pair(page, studio_url):
+    """Compare → Trajectory on a pair recorded with its trajectory (REST, the nano at 64x32, 3 and 2 steps): the
+    summary, both runs' VAE-window previews, the heat map and the divergence plot are painted; moving the step slider
+    changes the step's words and the baseline's preview; the caption gives the previews' held-out fidelity."""
+    pair = _post(studio_url + "v1/pairs", {"prompt": "a red circle moves left to right over a grey background",
+                                           "seed": 11, "tier": "turbo", "steps": 2, "baseline_steps": 3,
+                                           "target": {"short_edge": 32, "duration_seconds": 5}, "trajectory": True})
+    deadline = time.monotonic() + PAIR_TIMEOUT_MS / 1000
+    while (status := _get(studio_url + f"v1/pairs/{pair['id']}")["status"]) not in ("completed", "failed"):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    assert status == "completed"
+    assert len(_get(studio_url + f"v1/pairs/{pair['id']}/trajectory")["steps"]) == 2
+
+    page.wait_for_selector("text=engine ready")
+    open_tab(page, "Compare")
+    pick(page, "h3-compare-pair", pair["id"][-6:])  # the label ends with the id's last 6 characters
+    page.get_by_text("Trajectory: where the two runs part").click()
+    page.wait_for_selector("#h3-traj-status:has-text('2 steps · 3 preview frames')")
+    for part in ("h3-traj-baseline", "h3-traj-candidate", "h3-traj-heat", "h3-traj-plot"):
+        _painted(page, f"#{part}")
+    page.wait_for_selector("#h3-traj-step-text:has-text('Step 0 of 1')")
+    caption = text_of(page, "#h3-traj-step-text")
+    assert "decode of one window" in caption and "measured held-out" in caption and "in-sample" not in caption
+    before = page.locator("#h3-traj-baseline img").get_attribute("src")
+    plot_before = page.locator("#h3-traj-plot img").get_attribute("src")
+    shot(page, "11_trajectory_step_0")
+
+    # The slider itself (keyboard on its range input, as a user moves it): step 1 and its pictures.
+    page.locator("#h3-traj-step input[type=range]").focus()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_selector("#h3-traj-step-text:has-text('Step 1 of 1')")
+    page.wait_for_function("(before) => { const i = document.querySelector('#h3-traj-baseline img');"
+                           " return i && i.getAttribute('src') !== before && i.naturalWidth > 0; }", arg=before)
+    page.wait_for_function("(before) => { const i = document.querySelector('#h3-traj-plot img');"
+                           " return i && i.getAttribute('src') !== before && i.naturalWidth > 0; }", arg=plot_before)
+    _painted(page, "#h3-traj-heat")
+    shot(page, "12_trajectory_step_1")
 
 
 def test_signed_in_reviewer_is_the_auth_user(auth_studio_url):
