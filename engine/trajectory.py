@@ -61,7 +61,8 @@ class Trajectory:
     """A recorded run. `x0`: float16 (steps, C, F, gh, gw); `t`: the timestep of each step; `records`: each step's
     technique record (the clip's `steps`, without timings); `techniques`: the techniques the tier installed (each
     step's record says what the step-dependent ones did: sparse or dense, cache hit); `rgb_map`: float32 (C + 1, 3),
-    the fitted preview map (None until `finish`); `fit`: its in-sample error."""
+    the fitted linear map (None until `finish`); `fit`: its in-sample error; `preview`: the VAE-window frames and
+    `preview_frames` their indices in the clip (None and [] for trajectories recorded before them)."""
 
     x0: np.ndarray
     t: list[float]

@@ -7,6 +7,10 @@ the full decode of the same x0 gives them, except the `frame_overlap` frames the
 before. `WindowPreview` decodes the middle window and keeps `frames` of its unblended frames, area-pooled to at most
 `edge` pixels on the longer side, as uint8: a preview that is the VAE's own picture of x0, at one window's cost.
 
+Memory: the decode runs inside the denoise loop, after the step's transformer forward has returned (its activations
+are freed), one window at a time and one tile per decoder call; it holds less than the clip's whole decode, which
+the memory plan's decode phase already counts (engine/memory.py), so it is not planned separately.
+
 Measured against the linear latent-to-RGB map (engine/trajectory.py `fit_rgb_map`) in bench/trajectory_fidelity.py
 (BENCHMARKS.md): per step, both against the VAE decode of the whole x0 at the same frames.
 """
