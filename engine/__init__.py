@@ -43,6 +43,7 @@ _EXPORTS = {
     "IMAGE_FORMATS": "conditioning",
     "MAX_IMAGE_BYTES": "conditioning",
     "MAX_REFERENCES": "conditioning",
+    "InputImage": "conditioning",  # a keyframe or reference image as a request carries it
     "keyframes_on_canvas": "tasks",
     # tiers and their knobs
     "DEFAULT_TIERS": "tiers",

@@ -71,8 +71,9 @@ class ClipSidecar:
         if self.remote is None:
             for name in ("inference_time_source", "client_time_s", "remote"):
                 data.pop(name)
-        else:
-            for name in ("padded_tokens", "lora", "compiles", "untrained", "stage_peak_memory_mb", "task", "inputs"):
+        else:  # a remote fl2va/ref2va clip keeps its task and inputs (issue 38); a t2va one says neither, as before
+            for name in ("padded_tokens", "lora", "compiles", "untrained", "stage_peak_memory_mb",
+                         *(("task", "inputs") if self.task == "t2va" else ())):
                 data.pop(name)
         return data
 

@@ -22,7 +22,8 @@ from dataclasses import fields
 from typing import Any
 
 from db import Store, VideoRecord
-from engine import GenerationEngine, GenerationRequest, RequestPlan
+from db.inputs import InputFiles
+from engine import GenerationEngine, GenerationRequest, InputImage, RequestPlan
 from studio.jobs import FinishListener, Job, JobQueue, Listener, Reservation
 from studio.remote import RemoteError, RemoteJob, RemotePool
 
@@ -115,7 +116,8 @@ class Dispatcher:
             raise RemoteError(f"remote {server!r} made this video, but the studio now has no remote {server!r} "
                               f"for tier {video.tier!r} (see --remotes)")
         request = GenerationRequest(**{f.name: video.request[f.name] for f in fields(GenerationRequest)
-                                       if f.name in video.request})
+                                       if f.name in video.request},
+                                    **stored_inputs(InputFiles(self.store.data_dir), video.request.get("inputs")))
         queue.submit(video.id, RemoteJob(request, self.remotes.tier_config(video.tier, request.steps),
                                          resume=video.remote))
         log.info("resuming video %s on remote %s (its video %s)", video.id, server, video.remote["video_id"])
@@ -142,6 +144,17 @@ def job_request(planned: RequestPlan, on_accepted: Callable[[str, str], None]) -
     again), or for a remote tier a RemoteJob made from it that reports the server's video id to
     ``on_accepted(server, remote video id)``."""
     return RemoteJob(planned.request, planned.tier_config, on_accepted) if planned.remote else planned
+
+
+def stored_inputs(files: InputFiles, described: dict[str, Any] | None) -> dict[str, Any]:
+    """A stored request's ``inputs`` (field → description, or a list of them for references) as the request's
+    images again, read from the files the studio kept (so a resumed remote job knows its task)."""
+    def image(entry: dict[str, Any]) -> InputImage:
+        return InputImage(data=files.path(entry["sha256"]).read_bytes(), sha256=entry["sha256"],
+                          width=entry["width"], height=entry["height"], format=entry["format"])
+
+    return {name: tuple(image(e) for e in entry) if isinstance(entry, list) else image(entry)
+            for name, entry in (described or {}).items()}
 
 
 def video_request(planned: RequestPlan, **extra: Any) -> dict[str, Any]:

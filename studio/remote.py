@@ -8,6 +8,9 @@ studio drives those servers as it drives its in-process engine. The data path of
                                                        └─ prober thread: GET /health; unhealthy servers retried
     RemoteServer.generate: POST /v1/videos → poll GET /v1/videos/{id} → GET /v1/videos/{id}/content → check MP4
 
+The POST body (JSON, or multipart with an fl2va/ref2va request's images) and what each server may be sent are
+remote_body.py's.
+
 Every failure a server can cause (refused request, failed job, timeout, lost connection, content that is not
 an MP4) ends the one job with a message that names the server; the studio and its stored pairs are untouched.
 """
@@ -35,19 +38,16 @@ from engine import (
     FPS,
     MAX_STEPS,
     MIN_STEPS,
-    RELEASED,
     ClipSidecar,
     GenerationCancelled,
     GenerationRequest,
     ModelLimits,
     RemoteOrigin,
-    RequestError,
     RequestPlan,
-    canvas_size,
-    frame_count,
     probe_mp4,
     validate_request,
 )
+from studio.remote_body import STUDIO_BODY_FIELDS, RemoteBody, ServerInputs, check_inputs, expected_shape, request_body
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,6 @@ __all__ = ["RemoteError", "RemoteJob", "RemotePool", "RemoteSpec", "RemoteTier",
 
 REQUIRED_KEYS = ("name", "url", "tier")
 OPTIONAL_KEYS = ("description", "params", "api_key", "timeout_s", "steps", "extra_body")
-# Body fields the studio sets from the request itself (or that would contradict them); extra_body may not override.
-STUDIO_BODY_FIELDS = ("prompt", "seed", "seconds", "size", "width", "height", "num_frames", "fps", "n",
-                      "num_inference_steps", "task", "target")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DEFAULT_TIMEOUT_S = 1800.0  # a 15 s baseline clip takes ~7 min on 4 GPUs (h3-facts §7)
 HTTP_TIMEOUT_S = 30.0  # one HTTP call; the job's own deadline is timeout_s
@@ -247,10 +244,17 @@ class Health:
     # What the server runs for a request that does not say, when it tells (this studio's /models does).
     default_short_edge: int | None = None
     default_steps: int | None = None
+    # The tasks and reference count it takes, when it lists them (this studio's /models does; remote_body.py).
+    tasks: tuple[str, ...] | None = None
+    max_references: int | None = None
 
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _tasks_or_none(value: Any) -> tuple[str, ...] | None:
+    return tuple(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
 
 
 class RemoteServer:
@@ -293,7 +297,9 @@ class RemoteServer:
                                  model_id=str(info.get("model_id") or info.get("model_path") or info.get("model")
                                               or "unknown"),
                                  default_short_edge=_int_or_none(info.get("default_short_edge")),
-                                 default_steps=_int_or_none(info.get("default_steps")))
+                                 default_steps=_int_or_none(info.get("default_steps")),
+                                 tasks=_tasks_or_none(info.get("tasks")),
+                                 max_references=_int_or_none(info.get("max_references")))
         return self.health
 
     def _model_card(self) -> dict[str, Any]:
@@ -324,29 +330,14 @@ class RemoteServer:
 
     # --------------------------------------------------------------------------------------- jobs
 
-    def body(self, request: GenerationRequest) -> dict[str, Any]:
-        """The /v1/videos body in the standard fields (OpenAI's seconds and size, SGLang's seed and
-        num_inference_steps: N sigma points = steps + 1, h3-facts §5), with MiniMax-H3's SGLang extension beside
-        them: ``task`` (an H3 server requires it) and ``target``, which an H3 server sizes the clip by and any
-        other ignores. ``seconds`` is an integer in SGLang's schema: a fractional duration travels in ``target``
-        only. ``num_frames`` is not sent: an H3 server refuses it (it derives the frames from the duration); the
-        frames that come back are checked instead (``expected_shape``)."""
-        width, height, _ = expected_shape(request)
-        body: dict[str, Any] = {
-            **self.spec.extra_body,
-            "prompt": request.prompt,
-            "seed": request.seed,
-            "size": f"{width}x{height}",
-        }
-        if float(request.duration_seconds).is_integer():
-            body["seconds"] = int(request.duration_seconds)
-        steps = request.steps or self.spec.steps
-        if steps is not None:
-            body["num_inference_steps"] = steps + 1
-        body["task"] = request.task
-        body["target"] = {"duration_seconds": request.duration_seconds, "aspect_ratio": request.aspect_ratio,
-                          "short_edge": request.short_edge}
-        return body
+    def body(self, request: GenerationRequest) -> RemoteBody:
+        """The POST /v1/videos body for this server (remote_body.py): JSON for t2va, multipart with the images
+        for fl2va/ref2va."""
+        return request_body(request, self.spec.extra_body, request.steps or self.spec.steps)
+
+    def inputs(self) -> ServerInputs:
+        """What this server said it takes (its last successful probe)."""
+        return ServerInputs(self.spec.name, self.health.tasks, self.health.max_references)
 
     def generate(self, request: GenerationRequest, tier_config: dict[str, Any],
                  on_step: Callable[[RemoteProgress], None] | None = None,
@@ -390,7 +381,12 @@ class RemoteServer:
 
     def _check_shape(self, request: GenerationRequest, video_id: str, probe: Any, final: dict[str, Any]) -> None:
         """RemoteError naming this server when the clip is not the canvas and length asked for: a pair of clips of
-        different shapes cannot be compared frame by frame (a server that ignored size/seconds/target)."""
+        different shapes cannot be compared frame by frame (a server that ignored size/seconds/target); or, when
+        the server reports its task (this studio's does), not the task asked for (it dropped the images)."""
+        said_task = final.get("task")
+        if isinstance(said_task, str) and said_task != request.task:
+            raise RemoteError(f"{self.label} made video {video_id} as {said_task}; the studio asked for "
+                              f"{request.task} and sent its images. Its clip is not the one asked for")
         width, height, frames = expected_shape(request)
         if (probe.width, probe.height, probe.frames) != (width, height, frames):
             said = f" (it reported size {final.get('size')!r}, seconds {final.get('seconds')!r})" \
@@ -400,11 +396,11 @@ class RemoteServer:
                               f"({request.duration_seconds:g} s at {FPS} fps){said}. Its clip cannot be compared "
                               "with the other clip of its pair; check the server's model and flags")
 
-    def _create(self, body: dict[str, Any], deadline: float, cancel: Callable[[], bool]) -> dict[str, Any]:
+    def _create(self, body: RemoteBody, deadline: float, cancel: Callable[[], bool]) -> dict[str, Any]:
         """POST /v1/videos; a full (429) or loading (503) server is asked again until the deadline."""
         while True:
             try:
-                response = self.http.post("/v1/videos", json=body)
+                response = self.http.post("/v1/videos", **body.post_arguments())
             except httpx.HTTPError as error:
                 self._mark(False, f"unreachable: {_describe(error)}")
                 raise RemoteUnreachable(f"{self.label} is unreachable: {_describe(error)}") from None
@@ -498,6 +494,7 @@ class RemoteServer:
             frames=probe.frames, fps=probe.fps, sample_rate=probe.sample_rate, width=probe.width, height=probe.height,
             duration_seconds=probe.video_seconds, requested_duration=request.duration_seconds,
             aspect_ratio=request.aspect_ratio, short_edge=request.short_edge, steps=request.steps or self.spec.steps,
+            task=request.task, inputs=request.inputs(),
             timings=timings, inference_time_s=server_time if reported else client_time,
             inference_time_source="server" if reported else "client (the server reported none)",
             client_time_s=client_time, peak_memory_mb=peak,
@@ -508,13 +505,6 @@ class RemoteServer:
 
     def close(self) -> None:
         self.http.close()
-
-
-def expected_shape(request: GenerationRequest) -> tuple[int, int, int]:
-    """(width, height, frames) of the clip MiniMax-H3 makes for this request (engine/canvases.py RELEASED: the
-    nano keeps the same canvas rules)."""
-    width, height = canvas_size(RELEASED, request.aspect_ratio, request.short_edge)
-    return width, height, frame_count(RELEASED, request.duration_seconds)
 
 
 def check_mp4(data: bytes, what: str = "the content") -> Any:
@@ -572,10 +562,8 @@ class RemoteTier:
         is healthy."""
         limits, default_steps = self.pool.model_defaults(self.tier)
         request = payload if isinstance(payload, GenerationRequest) else validate_request(payload, limits)
-        if request.task != "t2va":  # the inputs would not reach the server: refuse rather than drop them
-            field = next(name for name in ("first_frame", "last_frame", "references") if getattr(request, name))
-            raise RequestError(field, f"tier {self.tier} runs on remote servers, which this studio sends "
-                                      f"text-to-video only; run {request.task} on a local tier")
+        # Images a server of the tier would not take are refused here, naming the field, not dropped on the way.
+        check_inputs(request, self.tier, self.pool.server_inputs(self.tier))
         if request.steps is None and self.pool.servers(self.tier)[0].spec.steps is None and default_steps:
             request = dataclasses.replace(request, steps=default_steps)  # sent and recorded, not left implicit
         model_name, model_id = self.pool.model_identity(self.tier)
@@ -681,6 +669,12 @@ class RemotePool:
             if server.health.ok is None:
                 server.probe()
         return servers
+
+    def server_inputs(self, tier: str) -> list[ServerInputs]:
+        """What each server of the tier that has answered a probe says it takes (one down since keeps what it
+        said). One never reached is left out: the servers of a tier run one configuration, so the others speak for
+        it."""
+        return [s.inputs() for s in self._probed(tier) if s.health.model is not None]
 
     def model_identity(self, tier: str) -> tuple[str, str]:
         """(model name, model id) reported by the tier's healthy servers; probes unknown ones first.

@@ -185,6 +185,8 @@ def _canvas(body: dict[str, Any], target: dict[str, Any], model: ModelCanvas, pa
     if sized is None:
         return
     field, (width, height) = sized
+    if _target_canvas(model, target) == (width, height):
+        return  # the target's own way of asking for this very canvas (a keyframe's own ratio too, e.g. "9:5")
     aspect, edge = request_for_size(model.numbers, width, height, model.limits.default_short_edge, field)
     asked_aspect, asked_edge = target.get("aspect_ratio", aspect), target.get("short_edge", edge)
     if (asked_aspect, asked_edge) != (aspect, edge):
@@ -197,6 +199,16 @@ def _canvas(body: dict[str, Any], target: dict[str, Any], model: ModelCanvas, pa
                                       f"short edge {asked_edge}); send one of them (or values that agree)")
         return  # the target's own way of asking for this very canvas
     payload.update(aspect_ratio=aspect, short_edge=edge)
+
+
+def _target_canvas(model: ModelCanvas, target: dict[str, Any]) -> tuple[int, int] | None:
+    """The canvas a target naming both aspect_ratio and short_edge makes; None otherwise (or if malformed)."""
+    if target.get("aspect_ratio") is None or target.get("short_edge") is None:
+        return None
+    try:
+        return canvas_size(model.numbers, target["aspect_ratio"], target["short_edge"])
+    except (TypeError, ValueError, ArithmeticError, AttributeError):  # "0:5", a number: the engine names it later
+        return None
 
 
 def _size(body: dict[str, Any]) -> tuple[str, tuple[int, int]] | None:

@@ -43,3 +43,18 @@ def valid_video(body: dict) -> object:
 
 def valid_list(body: dict) -> object:
     return protocol().VideoListResponse.model_validate(body)
+
+
+def valid_form(fields: dict[str, str], files: list[tuple[str, tuple]]) -> object:
+    """A multipart/form-data body as an SGLang server reads it (video_api.py's create_video): the text fields it
+    declares (VideoGenerationsRequest's own; others, such as H3's task and target, stay with a server whose model
+    declares them), and the uploaded ``input_reference`` image saved to a file whose path becomes the request's
+    ``input_reference``. pydantic's ValidationError if it would refuse the body."""
+    declared = protocol().VideoGenerationsRequest.model_fields
+    assert all(isinstance(value, str) for value in fields.values()), "multipart text fields are strings"
+    body = {name: value for name, value in fields.items() if name in declared}
+    uploads = [name for name, _ in files if name == "input_reference"]
+    assert len(uploads) <= 1, "SGLang takes one input_reference file"
+    if uploads:
+        body["input_reference"] = "/tmp/sglang_uploads/input_reference.png"
+    return valid_request(body)

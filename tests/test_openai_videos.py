@@ -74,6 +74,9 @@ def test_the_nano_and_the_released_model_share_canvas_rules(nano_engine):
     ({"size": "64x32", "target": {"aspect_ratio": "16:9", "short_edge": 32, "duration_seconds": 5}},
      {"duration_seconds": 5, "aspect_ratio": "16:9", "short_edge": 32}),
     ({"seconds": 5, "target": {"duration_seconds": 5.0}}, {"duration_seconds": 5.0}),
+    # A keyframe's own ratio (a remote studio's fl2va body): 192x128 is no named canvas, but it is the target's.
+    ({"size": "192x128", "target": {"aspect_ratio": "3:2", "short_edge": 128, "duration_seconds": 5}},
+     {"duration_seconds": 5, "aspect_ratio": "3:2", "short_edge": 128}),
     ({"n": 1, "model": "h3-nano", "size": "", "num_inference_steps": 9, "seed": 3},
      {"steps": 8, "seed": 3}),
 ])

@@ -34,10 +34,12 @@ from engine.media import encode_mp4, probe_mp4
 from engine.request import validate_request
 from studio.api import create_app
 from studio.remote import RemoteError, RemoteJob, RemotePool, RemotesFileError, load_remotes, parse_remotes
+from studio.routes.uploads import video_inputs
 from studio.service import ServiceUnavailable, StudioService
 from studio.ui.generate import tier_card_html
 from tests.nano_inputs import KITE
-from tests.sglang_protocol import valid_request
+from tests.sglang_protocol import valid_form, valid_request
+from tests.test_tasks import image_bytes
 from tests.waiting import finished_pair, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +89,7 @@ extra_body = { flow_shift = 5.0 }
     assert turbo.api_key == "s3cret" and turbo.public()["api_key"] == "set"  # the secret never leaves
     assert (turbo.steps, turbo.timeout_s, turbo.extra_body) == (9, 600.0, {"flow_shift": 5.0})
     request = validate_request({"prompt": "p", "seed": 5, **TARGET})
-    body = RemotePool(specs).servers("turbo")[0].body(request)
+    body = RemotePool(specs).servers("turbo")[0].body(request).fields
     assert body == {"flow_shift": 5.0, "prompt": "p", "seed": 5, "size": "64x32", "seconds": 5,
                     "num_inference_steps": 10, "task": "t2va",
                     "target": {"duration_seconds": 5.0, "aspect_ratio": "16:9", "short_edge": 32}}
@@ -101,10 +103,65 @@ def test_the_body_speaks_the_standard_fields_and_sglang_takes_it():
     for asked, size, seconds in (({"duration_seconds": 7.5, "aspect_ratio": "9:16", "short_edge": 128}, "128x224",
                                   None),
                                  ({"duration_seconds": 15, "short_edge": 768}, "1344x768", 15)):
-        body = server.body(validate_request({"prompt": "p", **asked}))
+        body = server.body(validate_request({"prompt": "p", **asked})).fields
         parsed = valid_request(body)
         assert (parsed.size, body.get("seconds"), parsed.model_extra["task"]) == (size, seconds, "t2va")
         assert body["target"]["duration_seconds"] == asked["duration_seconds"]
+
+
+def test_keyframes_and_references_travel_as_multipart_files():
+    """Issue 38: an fl2va request's first frame goes as SGLang's input_reference file (a last frame as last_frame),
+    a ref2va request's images as references files in order; the other fields as form text, target as JSON. SGLang's
+    own form handling takes the fields and the input_reference; this studio's upload route maps the files back to
+    the very images the request carried."""
+    server = RemotePool(parse_remotes({"remote": [{"name": "a", "url": "http://x", "tier": "t", "steps": 8}]}))\
+        .servers("t")[0]
+    first, last = image_bytes(1, 64, 96), image_bytes(2, 64, 96)
+    body = server.body(validate_request({"prompt": "p", "seed": 3, "first_frame": first, "last_frame": last,
+                                         "short_edge": 64, "duration_seconds": 5}))
+    assert body.multipart and [(name, part[1], part[2]) for name, part in body.files] == \
+        [("input_reference", first, "image/png"), ("last_frame", last, "image/png")]
+    form = body.form()
+    assert (form["task"], form["size"], form["seconds"], form["seed"], form["num_inference_steps"]) == \
+        ("fl2va", "96x64", "5", "3", "9")
+    assert json.loads(form["target"]) == {"duration_seconds": 5.0, "aspect_ratio": "3:2", "short_edge": 64}
+    parsed = valid_form(form, body.files)  # an SGLang server takes it: the keyframe as its input_reference
+    assert (parsed.size, parsed.seconds, parsed.seed, parsed.num_inference_steps) == ("96x64", 5, 3, 9)
+    assert parsed.input_reference
+    files = {}
+    for name, part in body.files:
+        files.setdefault(name, []).append(part[1])
+    assert video_inputs(form["task"], files)[0] == {"first_frame": first, "last_frame": last}  # this studio's server
+
+    references = [image_bytes(seed, 48, 48) for seed in (4, 5, 6)]
+    body = server.body(validate_request({"prompt": "p", "references": references}))
+    assert [name for name, _ in body.files] == ["references"] * 3
+    assert video_inputs(body.form()["task"], {"references": [part[1] for _, part in body.files]})[0] == \
+        {"references": references}
+    valid_form(body.form(), [])  # its text fields too (an SGLang server would drop the references: refused there)
+    assert not server.body(validate_request({"prompt": "p"})).multipart  # t2va stays a JSON body
+
+
+def test_a_resumed_job_gets_its_images_back_from_the_stored_inputs(tmp_path):
+    """After a restart a remote job is rebuilt from its stored request; its images come back from the studio's
+    input files, so it is still the fl2va/ref2va job whose task the server's answer is checked against."""
+    from dataclasses import fields
+
+    from db.inputs import InputFiles
+    from engine.request import GenerationRequest
+    from studio.dispatch import stored_inputs
+
+    files = InputFiles(tmp_path)
+    for payload in ({"first_frame": image_bytes(1, 32, 64), "last_frame": image_bytes(2, 32, 64, "JPEG")},
+                    {"references": [image_bytes(3, 48, 48), image_bytes(4, 40, 60, "WEBP")]}):
+        request = validate_request({"prompt": "p", "seed": 4, **payload})
+        for image in (request.first_frame, request.last_frame, *request.references):
+            if image is not None:
+                files.put(image.data, image.sha256, image.format)
+        stored = json.loads(json.dumps(request.to_dict()))  # as the video record keeps it
+        rebuilt = GenerationRequest(**{f.name: stored[f.name] for f in fields(GenerationRequest) if f.name in stored},
+                                    **stored_inputs(files, stored.get("inputs")))
+        assert rebuilt == request and rebuilt.task == request.task != "t2va"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -229,7 +286,9 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
-        status, body = self.owner.answer(method, self.path, dict(self.headers), json.loads(raw) if raw else None)
+        multipart = self.headers.get("content-type", "").startswith("multipart/form-data")
+        parsed = raw if multipart else json.loads(raw) if raw else None  # a multipart body is kept as its bytes
+        status, body = self.owner.answer(method, self.path, dict(self.headers), parsed)
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("content-type", "video/mp4" if isinstance(body, bytes) else "application/json")
@@ -286,7 +345,7 @@ def test_a_tier_without_steps_sends_and_records_the_servers_default(scripted, ca
     _, studio_remote = scripted(models={"model_path": "h3-nano", "default_steps": 9})
     plan = studio_remote.engine("turbo").plan({"prompt": "a kite", "tier": "turbo"})
     assert plan.request.steps == 9 and plan.tier_config["steps"] == 9  # was None: the server's, unrecorded
-    assert studio_remote.servers("turbo")[0].body(plan.request)["num_inference_steps"] == 10
+    assert studio_remote.servers("turbo")[0].body(plan.request).fields["num_inference_steps"] == 10
     assert "names no steps" in caplog.text  # an SGLang server cannot say: the operator is told at start-up
 
 
@@ -306,6 +365,23 @@ def test_client_speaks_the_protocol_and_records_both_times(scripted):
     assert (sidecar["width"], sidecar["height"], sidecar["frames"]) == (64, 32, 124)
     assert clip.mp4 == server.script["content"]
     valid_request(post_body)
+
+
+def test_an_fl2va_job_posts_its_keyframe_and_checks_the_task_that_came_back(scripted):
+    keyframe = image_bytes(7, 32, 64)
+    request = validate_request({"prompt": "a kite", "seed": 9, "tier": "turbo", "first_frame": keyframe, **TARGET})
+    server, pool = scripted(final={"status": "completed", "task": "fl2va", "model": "stub-h3"})
+    plan = pool.engine("turbo").plan(request)  # an SGLang server (its /models lists no tasks) takes a first frame
+    clip = pool.engine("turbo").generate(RemoteJob(plan.request, plan.tier_config))
+    assert clip.mp4 == server.script["content"]
+    _, _, headers, raw = next(r for r in server.requests if r[0] == "POST")
+    content_type = {k.lower(): v for k, v in headers.items()}["content-type"]
+    assert content_type.startswith("multipart/form-data") and keyframe in raw
+    assert b'name="input_reference"' in raw and b'name="task"\r\n\r\nfl2va' in raw
+    # A server that says it made a t2va clip dropped the keyframe: the job fails naming it.
+    _, pool = scripted(final={"status": "completed", "task": "t2va", "model": "stub-h3"})
+    with pytest.raises(RemoteError, match=r"remote 'stub' .* made video vid_1 as t2va; the studio asked for fl2va"):
+        pool.engine("turbo").generate(RemoteJob(request, pool.tier_config("turbo", None)))
 
 
 @pytest.mark.parametrize("script, message", [
@@ -495,6 +571,90 @@ def test_pair_takes_its_clips_from_two_different_remotes(studio, servers, kite_c
     tiers = {row["name"]: row for row in client.get("/v1/tiers").json()["data"]}
     assert tiers["turbo"]["status"] == "remote" and tiers["turbo"]["available"]
     assert studio.add_verdict(pair.id, "ana", "accept").decision == "accept"
+
+
+def red_disk_png(width: int = 96, height: int = 64) -> bytes:
+    """A keyframe the nano knows how to start from: a red disk on a dark background (its training clips' world)."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (width, height), (20, 20, 30))
+    ImageDraw.Draw(image).ellipse((18, 16, 50, 48), fill=(220, 30, 30))
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def received_input(server: StudioServer, sha: str) -> Path:
+    """The file a studio server stored for an uploaded input (content-addressed: DATA_DIR/inputs/ab/<sha256>.png)."""
+    found = list((server.log_path.parent / server.name).rglob(f"inputs/*/{sha}.*"))
+    assert len(found) == 1, f"{server.name} stored no input {sha}"
+    return found[0]
+
+
+def test_an_fl2va_pair_runs_on_remotes_with_its_keyframe(studio, servers, nano_engine):
+    """Issue 38: an fl2va pair on a remote tier. The keyframe travels as a multipart input_reference; each server
+    stores the very file (same sha256) and makes an fl2va clip; the remote baseline is byte for byte the clip the
+    in-process engine makes of the same request (same model, seed and keyframe), whose first frame is nearer the
+    keyframe than the same seed's text-to-video clip is."""
+    import hashlib
+
+    keyframe = red_disk_png()
+    sha = hashlib.sha256(keyframe).hexdigest()
+    # No aspect ratio: the canvas follows the keyframe's own 3:2 (96x64 at short edge 64), as a local fl2va does.
+    asked = {"prompt": "a red circle moves right on a dark background", "seed": 11}
+    target = {"duration_seconds": 5, "short_edge": 64}
+    pair = studio.submit_pair({**asked, "target": target, "tier": "turbo", "steps": 4, "first_frame": keyframe})
+    view = finished_pair(studio, pair.id)
+    assert view.status == "completed", view.error
+    assert view.baseline.engine == "remote base" and view.candidate.engine.startswith("remote turbo-")
+    for video, server in ((view.baseline, servers["base"]), (view.candidate, servers[view.candidate.engine[7:]])):
+        assert hashlib.sha256(received_input(server, sha).read_bytes()).hexdigest() == sha
+        sidecar = studio.store.get_clip(video.clip_sha).sidecar
+        assert sidecar["task"] == "fl2va" and sidecar["inputs"]["first_frame"]["sha256"] == sha
+        reported = next(job for job in server.jobs() if job["id"] == sidecar["remote"]["video_id"])
+        assert (reported["task"], reported["size"]) == ("fl2va", "96x64")
+        probe = probe_mp4(str(video.clip_path))
+        assert (probe.width, probe.height, probe.frames) == (96, 64, 124)
+        assert studio.store.get_video(video.id).request["inputs"]["first_frame"]["sha256"] == sha
+
+    local = nano_engine.generate({**asked, **target, "tier": "baseline", "first_frame": keyframe})
+    assert local.task == "fl2va"
+    assert Path(view.baseline.clip_path).read_bytes() == local.mp4
+    text_only = nano_engine.generate({**asked, **target, "tier": "baseline", "aspect_ratio": "4:3"})  # 96x64 too
+
+    def distance(frame: np.ndarray) -> float:
+        import io
+
+        from PIL import Image
+
+        target = np.asarray(Image.open(io.BytesIO(keyframe)).convert("RGB"), np.float32)
+        return float(np.abs(frame.astype(np.float32) - target).mean())
+
+    assert distance(local.frames[0]) < distance(text_only.frames[0]), \
+        (distance(local.frames[0]), distance(text_only.frames[0]))
+
+
+def test_a_ref2va_clip_runs_on_a_remote_tier_with_its_references(studio, servers, nano_engine):
+    """ref2va on a remote tier: both references reach the server (same sha256 each), in order, and the clip is
+    the one the in-process engine makes of the same request on the same tier."""
+    import hashlib
+
+    references = [image_bytes(seed, 48, 48) for seed in (12, 13)]
+    asked = {"prompt": "a shape moves left", "seed": 5, "duration_seconds": 5, "aspect_ratio": "16:9",
+             "short_edge": 32, "tier": "turbo", "steps": 4}
+    record = studio.submit_video({**asked, "references": references})
+    view = finished_video(studio, record.id)
+    assert view.status == "completed", view.error
+    server = servers[view.engine[7:]]
+    for image in references:
+        sha = hashlib.sha256(image).hexdigest()
+        assert hashlib.sha256(received_input(server, sha).read_bytes()).hexdigest() == sha
+    remote_id = studio.store.get_clip(view.clip_sha).sidecar["remote"]["video_id"]
+    assert next(job for job in server.jobs() if job["id"] == remote_id)["task"] == "ref2va"
+    local = nano_engine.generate({**asked, "references": references})
+    assert Path(view.clip_path).read_bytes() == local.mp4
 
 
 def test_jobs_of_one_tier_go_to_the_least_busy_server(studio, servers, monkeypatch):

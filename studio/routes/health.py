@@ -8,9 +8,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from engine import MAX_REFERENCES
 from studio.auth import Accounts
 from studio.guard import basic_credentials, public_health
 from studio.service import StudioService
+
+TASKS = ("t2va", "fl2va", "ref2va")
 
 
 def health_router(service: StudioService, accounts: Accounts | None = None,
@@ -35,6 +38,9 @@ def health_router(service: StudioService, accounts: Accounts | None = None,
                 # what a request that does not say gets here, so a studio driving this one as a remote can send
                 # and record it (the nano's canvas is not the full H3's)
                 "default_short_edge": engine.limits.default_short_edge,
-                "default_steps": next((row["steps"] for row in service.tiers() if row["name"] == served), None)}
+                "default_steps": next((row["steps"] for row in service.tiers() if row["name"] == served), None),
+                # what /v1/videos takes (multipart: studio/routes/uploads.py), so a studio driving this one sends
+                # keyframes and references rather than refusing them (studio/remote_body.py)
+                "tasks": list(TASKS), "max_references": MAX_REFERENCES}
 
     return router

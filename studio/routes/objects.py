@@ -46,6 +46,7 @@ def video_object(view: VideoView) -> dict[str, Any]:
         "seconds": "" if view.seconds is None else f"{view.seconds:.6f}",
         "error": _error_object(view.error),
         "remixed_from_video_id": view.request.get("remixed_from_video_id"),
+        "task": view.request.get("task", "t2va"),
         "inference_time_s": view.inference_time_s,
         "peak_memory_mb": view.peak_memory_mb,
         "tier": view.tier,

@@ -46,6 +46,8 @@ class VideoObject(_Body):
     error: dict[str, str] | None = Field(None, description='{"code": "failed" | "cancelled", "message": ...} when '
                                                            'failed')
     remixed_from_video_id: str | None = Field(None, description="POST /v1/videos/{id}/remix: the source video")
+    task: Literal["t2va", "fl2va", "ref2va"] = Field("t2va", description="MiniMax-H3's task: text, keyframes "
+                                                                         "(fl2va) or reference images (ref2va)")
     inference_time_s: float | None = None
     peak_memory_mb: float | None = None
     tier: str
