@@ -8,6 +8,9 @@
 # travels xz-tarred in parts (.whlx0/av.part00, .whlx1/av.part01, ...), one call each on a warm machine, each kept under
 # /tmp/avparts; the call that finds them all (AV_PARTS) unpacks them.
 #
+# bench/trajectory.py imports the studio's trajectory comparison, which needs SQLAlchemy, Alembic and Mako: carry
+# them as .whlx3/*.tar.xz (tar of the venv's site-packages folders), unpacked into /tmp/site when present.
+#
 # Writes $OUT/gpu_tests.txt, $OUT/trajectory_gpu_64.json, $OUT/trajectory_gpu_128.json, $OUT/env.txt.
 set -o pipefail
 PROMPTS=${1:-12}
@@ -17,6 +20,7 @@ mkdir -p /tmp/avparts; cp .whlx*/av.part* /tmp/avparts/ 2>/dev/null
 if [ "${STAGE_ONLY:-0}" = 1 ]; then ls -la /tmp/avparts; exit 0; fi
 [ -d /tmp/site/diffusers ] || { xz -dc .whld/diffusers.tar.xz | tar xf - -C /tmp/site || exit 1; }
 [ "$(ls /tmp/avparts | wc -l)" = "${AV_PARTS:-3}" ] && [ ! -d /tmp/site/av ] && { cat /tmp/avparts/av.part* | xz -dc | tar xf - -C /tmp/site || exit 1; }
+for extra in .whlx3/*.tar.xz; do [ -f "$extra" ] && xz -dc "$extra" | tar xf - -C /tmp/site; done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 { nvidia-smi --query-gpu=name,memory.total --format=csv; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
   for m in cv2 av flip_evaluator lpips sqlalchemy fastapi; do python3 -c "import $m" 2>/dev/null && echo "$m yes" || echo "$m no"; done; } >"$OUT/env.txt" 2>&1

@@ -9,7 +9,7 @@ import pytest
 from engine.errors import RequestError
 from engine.tiers import TierTable
 from studio.search import CaseResult, SearchRun, SearchSpec, load, report
-from studio.search.study import objectives
+from studio.search.study import measured_cost, objectives
 
 PROMPTS = ["p0", "p1", "p2"]
 # A stub objective over two choice knobs (6 candidates): cost, subject presence; tile 0 fails a gate on prompt p1.
@@ -113,8 +113,9 @@ def test_a_suite_spec_round_trips_through_its_stored_form():
 def test_objectives_take_the_worst_case_and_a_figure_never_measured_counts_as_untouched():
     cases = [CaseResult("a", 0, 2.0, 4.0, (), {"subject_present": 0.9, "subject_flip": 0.1}),
              CaseResult("b", 0, 4.0, 4.0, (), {"subject_present": 0.7, "subject_flip": None})]
-    assert objectives(cases) == [3.0, 0.7, 0.1]
-    assert objectives(cases[1:]) == [4.0, 0.7, 0.0]
+    assert measured_cost(cases) == 3.0 and measured_cost(cases[1:]) == 4.0
+    assert objectives(3.0, cases) == [3.0, 0.7, 0.1]
+    assert objectives(4.0, cases[1:]) == [4.0, 0.7, 0.0]
 
 
 def test_a_nano_candidate_is_generated_judged_and_removed_from_the_engine(nano_engine, tmp_path):
@@ -195,6 +196,44 @@ def test_an_fp8_candidate_has_no_modelled_cost_and_says_why(tmp_path):
     row = SearchRun(tmp_path, Any8()).start(fp8)["candidates"][0]
     assert row["cost"]["measured_s"] == 2.0 and row["cost"]["modelled_s"] is None
     assert "fp8" in row["cost"]["modelled_note"]
+
+
+def test_on_a_cpu_the_modelled_cost_is_the_objective_and_a_candidate_without_one_is_pruned(tmp_path):
+    from engine.tiers import with_knobs
+    from studio.search.cost import CostModel
+
+    class CpuEvaluator(StubEvaluator):
+        device = "CPU stub, 1 torch threads"
+
+        def evaluate(self, tier, prompt, seed, request):
+            result = super().evaluate(tier, prompt, seed, request)
+            return CaseResult(**{**result.__dict__, "steps_run": 50, "cache_hits": ()})
+
+    result = SearchRun(tmp_path, CpuEvaluator()).start(spec(candidates=8))
+    assert result["cost"]["objective"] == "modelled" and result["cost"]["label"].startswith("modelled: full-size")
+    model, sol = CostModel(), TierTable.load().get("sol")
+    complete = [row for row in result["candidates"] if row["state"] == "complete"]
+    assert complete
+    for row in complete:  # optimised on the modelled figure; the CPU's wall time kept beside it
+        assert row["objectives"]["cost_s"] == pytest.approx(model.modelled(with_knobs(sol, row["knobs"]), 5.0, [], 50),
+                                                            abs=1e-3)
+        assert row["cost"]["modelled_s"] == pytest.approx(row["objectives"]["cost_s"], abs=1e-6)
+        assert row["cost"]["measured_s"] == TABLE[(row["knobs"]["sparse.tile"], row["knobs"]["bucket"])][0]
+    # The spec may ask for the CPU's measured cost instead.
+    measured = SearchRun(tmp_path, CpuEvaluator()).start(spec(name="m", candidates=2, cost="measured"))
+    assert measured["cost"]["objective"] == "measured" and measured["cost"]["label"].startswith("measured on CPU")
+    # fp8 has no modelled cost: pruned, saying why, when the modelled cost is the objective.
+    fp8 = SearchSpec.parse({"name": "f8", "base_tier": "fp8", "prompts": ["p0"], "candidates": 1,
+                            "knobs": {"bucket": {"choices": [64]}}})
+    class CpuAny8(CpuEvaluator):
+        def evaluate(self, tier, prompt, seed, request):
+            return CaseResult(prompt, seed, 2.0, 3.0, (), {"subject_present": 0.9, "subject_flip": 0.1})
+
+    row = SearchRun(tmp_path, CpuAny8()).start(fp8)["candidates"][0]
+    assert row["state"] == "pruned" and row["refused"].startswith("cost: no modelled cost") and "fp8" in row["refused"]
+    with pytest.raises(RequestError) as bad:
+        spec(cost="cheapest")
+    assert bad.value.field == "cost"
 
 
 @pytest.mark.parametrize("name", ["a.b", "x\n", "", "-x", "n" * 56])

@@ -24,7 +24,8 @@ from studio.campaigns import PROMPTS_DIR, parse_prompts, prompt_suites
 from .space import SearchSpace
 
 SPEC_FIELDS = ("name", "base_tier", "knobs", "suite", "prompts", "prompt_count", "seeds", "candidates", "seconds",
-               "request", "sampler_seed")
+               "request", "sampler_seed", "cost")
+COSTS = ("measured", "modelled")  # the cost objective; None: modelled on a CPU, measured on a GPU (study.py)
 REQUEST_FIELDS = ("duration_seconds", "short_edge", "aspect_ratio", "steps", "force")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,54}$")  # a candidate's tier is NAME-c<n>: tier-name rules
 MAX_CANDIDATES = 10_000
@@ -42,6 +43,7 @@ class SearchSpec:
     request: dict[str, Any] = field(default_factory=dict)
     sampler_seed: int = 0
     suite: str | None = None
+    cost: str | None = None
 
     @property
     def space(self) -> SearchSpace:
@@ -94,8 +96,12 @@ class SearchSpec:
         sampler_seed = payload.get("sampler_seed", 0)
         if not isinstance(sampler_seed, int) or isinstance(sampler_seed, bool):
             raise RequestError("sampler_seed", "must be a whole number")
+        cost = payload.get("cost")
+        if cost is not None and cost not in COSTS:
+            raise RequestError("cost", f"must be one of {', '.join(COSTS)} (or left out: modelled on a CPU, measured "
+                                       f"on a GPU), got {cost!r}")
         return cls(name, base_tier, dict(payload["knobs"]), tuple(prompts), tuple(dict.fromkeys(seeds)), candidates,
-                   None if seconds is None else float(seconds), {"force": True, **request}, sampler_seed, suite)
+                   None if seconds is None else float(seconds), {"force": True, **request}, sampler_seed, suite, cost)
 
 
 def _prompts(payload: dict[str, Any], prompts_dir: Path) -> tuple[list[str], str | None]:

@@ -4,7 +4,7 @@ Storage: one SQLite file, `<data_dir>/search.db` (Optuna's RDB storage on SQLAlc
 after it, its spec kept in the study's user attributes, so `resume(name)` after a restart reads everything back
 and continues the same study (trial numbers go on; the budget counts candidates finished across runs).
 
-Objectives (OBJECTIVES): cost per clip (mean measured seconds over the cases run, minimise), the worst-case
+Objectives (OBJECTIVES): cost per clip (mean seconds over the cases run, minimise: see below), the worst-case
 subject presence (maximise) and the worst-case FLIP inside the subject's box (minimise), the subject-aware gates'
 own figures. Feasibility: a candidate failing any gate on any (prompt, seed) is infeasible; the cases are run in
 order and the candidate stops at its first failing one (the rest are never generated), its trial finished with
@@ -12,11 +12,13 @@ order and the candidate stops at its first failing one (the rest are never gener
 `study.best_trials` (Optuna's Pareto front, constrained) never includes it. A knob combination the tier rules
 refuse (engine.tiers.with_knobs, e.g. fp8 without fused) is pruned before any clip (TrialPruned, with the reason).
 
-Cost is reported two ways, each labelled: "measured" (the candidate's wall time on the device the search ran on,
-the first objective) and "modelled" (cost.py: the full-size clip on the H200, composed from the measured per-block
-parts along the candidate's own steps and cache hits), beside it for every candidate, so a nano search on the CPU
-says what its candidates would cost where users run them; `reference_modelled` gives the shipped tiers' modelled
-cost at the same duration and steps.
+Cost is reported two ways, each labelled: "measured" (the candidate's wall time on the device the search ran on)
+and "modelled" (cost.py: the full-size clip on the H200, composed from the measured per-block parts along the
+candidate's own steps and cache hits), both for every candidate; `reference_modelled` gives the shipped tiers'
+modelled cost at the same duration and steps. The cost objective is the spec's `cost`, else (cost_objective) the
+modelled one on a CPU, whose wall time says little of what a GPU pays (on the nano a sparse step costs more than a
+dense one on the CPU and less on the GPU), and the measured one on a GPU. A candidate without a modelled cost (fp8:
+no measured parts) is pruned, with the reason, when the modelled cost is the objective.
 
 Sampler: TPE (multi-objective, constrained), seeded. Not NSGA-II: its first generation is `population_size` (50 by
 default) random candidates, more than a CPU search's budget (24-ish), so NSGA-II would be random search here; TPE
@@ -105,9 +107,18 @@ def modelled_cases(tier: TierSpec, spec: SearchSpec, cases: list[CaseResult]) ->
     return round(sum(values) / len(values), 4), None
 
 
-def objectives(cases: list[CaseResult]) -> list[float]:
-    cost = sum(case.cost_s for case in cases) / len(cases)
-    return [cost] + [_worst(cases, name, direction) for name, direction in OBJECTIVES[1:]]
+def measured_cost(cases: list[CaseResult]) -> float:
+    return sum(case.cost_s for case in cases) / len(cases)
+
+
+def objectives(cost_s: float, cases: list[CaseResult]) -> list[float]:
+    return [cost_s] + [_worst(cases, name, direction) for name, direction in OBJECTIVES[1:]]
+
+
+def cost_objective(spec: SearchSpec, device: str) -> str:
+    """"measured" or "modelled": the spec's choice, else modelled on a CPU (device_label "CPU ...") and measured on
+    anything else (a GPU)."""
+    return spec.cost or ("modelled" if device.startswith("CPU") else "measured")
 
 
 class SearchRun:
@@ -138,6 +149,7 @@ class SearchRun:
         study.set_user_attr("spec", spec.to_dict())
         study.set_user_attr("objectives", [list(o) for o in OBJECTIVES])
         study.set_user_attr("device", self.evaluator.device)
+        study.set_user_attr("cost_objective", cost_objective(spec, self.evaluator.device))
         study.set_user_attr("base_tier_config", self.evaluator.tiers.get(spec.base_tier).to_dict())
         for key, value in attrs.items():
             study.set_user_attr(key, value)
@@ -156,6 +168,7 @@ class SearchRun:
             seed=spec.sampler_seed + len(study.trials),  # a resume does not replay the first run's random draws
             n_startup_trials=min(10, max(4, (spec.candidates or 24) // 3)))
         space, base = spec.space, self.evaluator.tiers.get(spec.base_tier)
+        by_model = study.user_attrs.get("cost_objective", "measured") == "modelled"
         started = time.monotonic()
 
         def objective(trial: optuna.Trial) -> list[float]:
@@ -181,14 +194,19 @@ class SearchRun:
                 if not result.passed:
                     break
             failed = cases[-1].failed
+            measured = measured_cost(cases)
             modelled, reason = modelled_cases(tier, spec, cases)
+            trial.set_user_attr("measured_cost_s", measured)
             trial.set_user_attr("modelled_cost_s", modelled)
             if reason:
                 trial.set_user_attr("modelled_note", reason)
-            trial.set_constraint("gates_failed", float(len(failed)))
             if failed:
                 trial.set_user_attr("stopped_after_case", len(cases))
-            return objectives(cases)
+            if by_model and modelled is None:
+                trial.set_user_attr("refused", f"cost: no modelled cost to optimise ({reason})")
+                raise optuna.TrialPruned(reason)
+            trial.set_constraint("gates_failed", float(len(failed)))
+            return objectives(modelled if by_model else measured, cases)
 
         def after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
             summary = report(study, spec)
@@ -207,15 +225,19 @@ class SearchRun:
         return report(study, spec) | {"status": "finished"}
 
 
-def _trial_row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+def _trial_row(trial: optuna.trial.FrozenTrial, objective: str) -> dict[str, Any]:
     cases = trial.user_attrs.get("cases", [])
     feasible = trial.state == TrialState.COMPLETE and all(v <= 0 for v in trial.constraints.values())
     row = {"candidate": trial.number, "state": trial.state.name.lower(), "knobs": trial.params,
            "feasible": feasible, "cases_run": len(cases)}
     if trial.values is not None:
         row["objectives"] = {name: round(value, 6) for (name, _), value in zip(OBJECTIVES, trial.values, strict=True)}
-        # Both costs, each named for what it is (the objective is the measured one).
-        row["cost"] = {"measured_s": row["objectives"]["cost_s"], "modelled_s": trial.user_attrs.get("modelled_cost_s")}
+        # Both costs, each named for what it is (`objective` is the one cost_s holds; a study stored before the
+        # measured cost had its own attribute optimised the measured one).
+        measured = trial.user_attrs.get("measured_cost_s", row["objectives"]["cost_s"] if objective == "measured"
+                                        else None)
+        row["cost"] = {"measured_s": None if measured is None else round(measured, 6),
+                       "modelled_s": trial.user_attrs.get("modelled_cost_s")}
         if "modelled_note" in trial.user_attrs:
             row["cost"]["modelled_note"] = trial.user_attrs["modelled_note"]
     if "refused" in trial.user_attrs:
@@ -234,7 +256,8 @@ def report(study: optuna.Study, spec: SearchSpec | None = None) -> dict[str, Any
     """The search's state as JSON: every candidate, the Pareto front (Optuna's best_trials: feasible only)."""
     spec = spec or SearchSpec.parse(study.user_attrs["spec"])
     trials = study.get_trials(deepcopy=False)
-    rows = [_trial_row(trial) for trial in trials]
+    objective = study.user_attrs.get("cost_objective", "measured")
+    rows = [_trial_row(trial, objective) for trial in trials]
     front = {trial.number for trial in study.best_trials} if any(t.state == TrialState.COMPLETE for t in trials) \
         else set()
     for row in rows:
@@ -244,14 +267,14 @@ def report(study: optuna.Study, spec: SearchSpec | None = None) -> dict[str, Any
     for row in rows:
         row["on_front_modelled"] = row["candidate"] in modelled_front
     feasible = [row for row in rows if row["feasible"]]
-    measured = f"measured on {study.user_attrs.get('device', '?')}"
+    measured, modelled = f"measured on {study.user_attrs.get('device', '?')}", f"{LABEL}; {CACHE_NOTE}"
     return {
         "name": spec.name, "spec": spec.to_dict(),
-        "cost": {"unit": "seconds per clip", "label": measured, "objective": "measured",
+        "cost": {"unit": "seconds per clip", "label": modelled if objective == "modelled" else measured,
+                 "objective": objective,
                  "measured": {"label": measured, "key": "cost.measured_s",
                               "what": "the candidate's wall time (encode to decode) at the search's clip settings"},
-                 "modelled": {"label": f"{LABEL}; {CACHE_NOTE}", "key": "cost.modelled_s",
-                              "duration_s": duration_of(spec)}},
+                 "modelled": {"label": modelled, "key": "cost.modelled_s", "duration_s": duration_of(spec)}},
         "objectives": [{"name": n, "direction": d} for n, d in OBJECTIVES],
         "done": sum(t.state in FINISHED for t in trials), "budget": spec.candidates,
         "feasible": len(feasible),
