@@ -29,8 +29,9 @@ def _progress(event: dict) -> None:
         text = (f"candidate {event['candidate']}: case {event['case']}/{event['cases']} "
                 f"(seed {event['seed']}) {event['prompt'][:50]}")
     else:
-        best = "-" if event["best_cost_s"] is None else f"{event['best_cost_s']:.3f} s measured"
-        if event.get("best_modelled_cost_s") is not None:
+        objective = event.get("objective", "measured")
+        best = "-" if event["best_cost_s"] is None else f"{event['best_cost_s']:.3f} s {objective} (the objective)"
+        if objective == "measured" and event.get("best_modelled_cost_s") is not None:
             best += f" (cheapest modelled: {event['best_modelled_cost_s']:.1f} s on the H200)"
         text = (f"candidate {event['candidate']} {event['state'].lower()}: {event['done']}/{event['budget']} done, "
                 f"{event['feasible']} feasible, front {event['front']}, cheapest feasible {best}, "

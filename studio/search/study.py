@@ -211,6 +211,7 @@ class SearchRun:
         def after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
             summary = report(study, spec)
             self.progress({"event": "candidate", "candidate": trial.number, "state": trial.state.name,
+                           "objective": summary["cost"]["objective"],
                            "done": summary["done"], "budget": spec.candidates, "feasible": summary["feasible"],
                            "front": len(summary["front"]), "best_cost_s": summary["best_cost_s"],
                            "best_modelled_cost_s": summary["best_modelled_cost_s"],
@@ -262,10 +263,12 @@ def report(study: optuna.Study, spec: SearchSpec | None = None) -> dict[str, Any
         else set()
     for row in rows:
         row["on_front"] = row["candidate"] in front
-    modelled_front = pareto([row for row in rows if row["feasible"] and row["cost"]["modelled_s"] is not None],
-                            lambda row: [row["cost"]["modelled_s"], *(row["objectives"][n] for n, _ in OBJECTIVES[1:])])
-    for row in rows:
-        row["on_front_modelled"] = row["candidate"] in modelled_front
+    for kind in ("measured", "modelled"):  # the front under each cost (one of them is Optuna's, "on_front")
+        key = f"{kind}_s"
+        kind_front = pareto([row for row in rows if row["feasible"] and row["cost"][key] is not None],
+                            lambda row, key=key: [row["cost"][key], *(row["objectives"][n] for n, _ in OBJECTIVES[1:])])
+        for row in rows:
+            row[f"on_front_{kind}"] = row["candidate"] in kind_front
     feasible = [row for row in rows if row["feasible"]]
     measured, modelled = f"measured on {study.user_attrs.get('device', '?')}", f"{LABEL}; {CACHE_NOTE}"
     return {
@@ -283,7 +286,8 @@ def report(study: optuna.Study, spec: SearchSpec | None = None) -> dict[str, Any
                                      if row["cost"]["modelled_s"] is not None), default=None),
         "reference_modelled": reference_modelled(study, spec),
         "front": [row for row in rows if row["on_front"]],
-        # The same front with the modelled full-size cost in place of the measured one (what the H200 would pay).
+        # The front under each cost: the modelled full-size one is what the H200 would pay.
+        "front_measured": [row["candidate"] for row in rows if row["on_front_measured"]],
         "front_modelled": [row["candidate"] for row in rows if row["on_front_modelled"]],
         "candidates": rows,
     }

@@ -134,14 +134,16 @@ def progress_html(shown: dict[str, Any] | None) -> str:
     if progress.get("error"):
         parts.append(f"<span class='h3-fail'>{html.escape(progress['error'])}</span>")
     cost = shown["cost"]
-    parts.append(f"<small>cost “measured”: {html.escape(cost['measured']['label'])} (the objective) · cost "
-                 f"“modelled”: {html.escape(cost['modelled']['label'])}</small>")
+    objective = cost.get("objective", MEASURED)
+    marks = {kind: " (the objective)" if kind == objective else "" for kind in (MEASURED, MODELLED)}
+    parts.append(f"<small>cost “measured”: {html.escape(cost['measured']['label'])}{marks[MEASURED]} · cost "
+                 f"“modelled”: {html.escape(cost['modelled']['label'])}{marks[MODELLED]}</small>")
     return "<div class='h3-panel' id='h3-search-progress'>" + "<br>".join(parts) + "</div>"
 
 
 def _group(row: dict[str, Any], axis: str = MEASURED) -> str:
     """Its group on the plot; the front is the one of the plotted cost (measured, or modelled)."""
-    on_front = row["on_front"] if axis == MEASURED else row.get("on_front_modelled", row["on_front"])
+    on_front = row.get(f"on_front_{axis}", row["on_front"])
     return GROUPS["front" if on_front else "feasible" if row["feasible"] else "infeasible"]
 
 
