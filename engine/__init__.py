@@ -31,6 +31,7 @@ _EXPORTS = {
     "REFUSED_FIELDS": "request",
     "RequestError": "errors",  # names the field that is wrong, from the engine to the screen
     "GenerationCancelled": "errors",
+    "fields_renamed": "errors",
     # canvases and conditioning inputs
     "FPS": "canvases",
     "ModelCanvas": "canvases",

@@ -7,6 +7,9 @@ means the checkpoint on disk is missing or broken; it lists every problem found,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class RequestError(ValueError):
     """A bad request. `field` names the offending input; `message` says what is allowed."""
@@ -22,6 +25,18 @@ class RequestError(ValueError):
     def renamed(self, renames: dict[str, str]) -> RequestError:
         """This error under the field name the caller used (`renames`: engine field -> the caller's)."""
         return RequestError(renames[self.field], self.message) if self.field in renames else self
+
+
+@contextmanager
+def fields_renamed(renames: dict[str, str]) -> Iterator[None]:
+    """Inside it, a RequestError is re-raised under the field name the caller used (RequestError.renamed)."""
+    try:
+        yield
+    except RequestError as error:
+        renamed = error.renamed(renames)
+        if renamed is not error:
+            raise renamed from None
+        raise
 
 
 class ModelLoadError(RuntimeError):

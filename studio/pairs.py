@@ -24,7 +24,7 @@ from typing import Any
 from db import ClipRecord, PairRecord, Store, VideoRecord, tier_config_hash
 from db.errors import Conflict, NotFound
 from db.records import TERMINAL_STATUSES
-from engine import INPUT_FIELDS, RequestError, RequestPlan
+from engine import INPUT_FIELDS, RequestError, RequestPlan, fields_renamed
 from quality.summary import QualitySummary, SummaryError
 from studio.dispatch import Dispatcher, video_request
 from studio.jobs import JobOutcome
@@ -49,8 +49,10 @@ def plan_pair(payload: Any, plan: Callable[[dict[str, Any]], RequestPlan]) -> tu
     """Validate a pair payload and plan its baseline and candidate with ``plan`` (RequestError naming the field
     the caller sent, e.g. ``target.duration_seconds`` or ``baseline_steps``)."""
     baseline_payload, candidate_payload = _split_pair_payload(payload)
-    baseline = _renamed(lambda: plan(baseline_payload), _BASELINE_RENAMES)
-    candidate = _renamed(lambda: plan(candidate_payload), _CANDIDATE_RENAMES)
+    with fields_renamed(_BASELINE_RENAMES):
+        baseline = plan(baseline_payload)
+    with fields_renamed(_CANDIDATE_RENAMES):
+        candidate = plan(candidate_payload)
     if candidate.tier_config == baseline.tier_config:
         raise RequestError("tier", "the candidate's configuration equals the baseline's; choose another tier "
                                    "or other steps")
@@ -320,15 +322,6 @@ def _split_pair_payload(payload: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return baseline, candidate
 
 
-def _renamed(work: Callable[[], RequestPlan], renames: dict[str, str]) -> RequestPlan:
-    """Run ``work``; re-raise a RequestError under the field name the caller used."""
-    try:
-        return work()
-    except RequestError as error:
-        renamed = error.renamed(renames)
-        if renamed is not error:
-            raise renamed from None
-        raise
 
 
 def _engine_label(planned: RequestPlan) -> str:

@@ -313,9 +313,9 @@ def test_a_pair_is_planned_once_and_its_clips_carry_the_plans_config(studio, mon
     counts = {"validate": 0, "tier_plan": 0}
     validate, tier_plan = Engine.validate, interface.tier_plan
 
-    def counting_validate(self, payload):
+    def counting_validate(self, payload, *args, **kwargs):
         counts["validate"] += 1
-        return validate(self, payload)
+        return validate(self, payload, *args, **kwargs)
 
     def counting_tier_plan(*args, **kwargs):
         counts["tier_plan"] += 1

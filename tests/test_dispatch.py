@@ -7,15 +7,14 @@ is sent over the network.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from db import Store
 from engine import GenerationRequest, RequestPlan
 from studio.dispatch import Dispatcher, video_request
-from studio.jobs import JobOutcome, QueueFull, UserShareFull
+from studio.jobs import QueueFull, UserShareFull
 from studio.remote import RemoteError, RemoteJob, RemotePool, parse_remotes
+from tests.test_jobs import Finished  # the queues' on_finish listener: wait(video_id) until that job finished
 
 TIMEOUT_S = 60
 REMOTE_TIER = "far"
@@ -35,24 +34,6 @@ class Recording:
         if isinstance(job, RemoteJob) and job.on_accepted is not None:  # a resumed job was accepted before
             job.on_accepted("far-1", "remote-video-7")
         raise RuntimeError("the stand-in engine makes no clip")
-
-
-class Finished:
-    """The queues' on_finish listener: wait(video_id) blocks until that job has finished."""
-
-    def __init__(self):
-        self.outcomes: dict[str, JobOutcome] = {}
-        self._cond = threading.Condition()
-
-    def __call__(self, outcome: JobOutcome) -> None:
-        with self._cond:
-            self.outcomes[outcome.video_id] = outcome
-            self._cond.notify_all()
-
-    def wait(self, video_id: str) -> JobOutcome:
-        with self._cond:
-            assert self._cond.wait_for(lambda: video_id in self.outcomes, TIMEOUT_S), f"{video_id} never finished"
-            return self.outcomes[video_id]
 
 
 @pytest.fixture

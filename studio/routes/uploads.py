@@ -29,13 +29,13 @@ from pydantic import BaseModel, ValidationError
 from starlette.datastructures import UploadFile
 from starlette.routing import Match
 
-from engine import MAX_IMAGE_BYTES, MAX_REFERENCES, RequestError
+from engine import MAX_IMAGE_BYTES, MAX_REFERENCES, RequestError, fields_renamed
 from studio.auth import Accounts
 from studio.routes.bodies import PairCreate, VideoCreate
 from studio.routes.errors import error_response
 from studio.routes.objects import pair_object, video_object
 from studio.routes.v1 import client_address, v1_router
-from studio.routes.videos import create_payload, renaming
+from studio.routes.videos import create_payload
 from studio.service import StudioService
 from studio.video_request import RENAMES
 
@@ -198,8 +198,9 @@ def uploads_router(service: StudioService, accounts: Accounts | None = None,
 
         def submit():
             try:
-                return renaming(lambda: service.submit_video(payload, source="api", submitted_by=user,
-                                                             client=client_address(request)), RENAMES)
+                with fields_renamed(RENAMES):
+                    return service.submit_video(payload, source="api", submitted_by=user,
+                                                client=client_address(request))
             except RequestError as error:
                 raise RequestError(_renamed_field(error.field, renames), error.message) from None
 

@@ -3,14 +3,13 @@ clip. The multipart twin of POST /v1/videos (image inputs) is studio/routes/uplo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, Response
 
 from db.errors import Conflict, NotFound
-from engine import RequestError
+from engine import RequestError, fields_renamed
 from studio.auth import Accounts
 from studio.previews import EXTENSIONS, MEDIA_TYPES, check_variant
 from studio.routes.bodies import VideoCreate, VideoRemix
@@ -31,17 +30,6 @@ def create_payload(service: StudioService, body: dict[str, Any], default_tier: s
     return payload
 
 
-def renaming(work: Callable[[], Any], renames: dict[str, str]) -> Any:
-    """``work()``, its RequestError naming the client's field (``renames``: engine field → the name the client sent)."""
-    try:
-        return work()
-    except RequestError as error:
-        renamed = error.renamed(renames)
-        if renamed is not error:
-            raise renamed from None
-        raise
-
-
 def videos_router(service: StudioService, accounts: Accounts | None = None,
                   default_tier: str | None = None) -> APIRouter:
     """``default_tier``: the tier of a POST /v1/videos that names none (a server launched for one configuration,
@@ -53,8 +41,8 @@ def videos_router(service: StudioService, accounts: Accounts | None = None,
     def create_video(body: VideoCreate, request: Request, user: str | None = Depends(current_user)) -> dict[str, Any]:
         sent = body.model_dump(exclude_unset=True)
         payload = create_payload(service, sent, default_tier)
-        record = renaming(lambda: service.submit_video(payload, source="api", submitted_by=user,
-                                                        client=client_address(request)), renames_for(sent))
+        with fields_renamed(renames_for(sent)):
+            record = service.submit_video(payload, source="api", submitted_by=user, client=client_address(request))
         return video_object(service.get_video(record.id))
 
     @router.get("/videos", tags=["videos"], summary="List jobs", response_model=VideoList)
