@@ -1,0 +1,67 @@
+"""Score the frozen gates once on a held-out set made after they were frozen (issue 35, the colour-patch gate).
+
+    python -m bench.subject_heldout_new --features DIR/features.jsonl --labels LABELS.json [--out JSON]
+
+Reads what bench/subject_features.py measured per pair and a label per pair (the same form as
+assets/subject_corpus/labels.json: accept / reject, the defects seen, sure / borderline), made by eye from the
+pair's strip before anything was scored. Scores the studio's default gates (quality.gates.Gates(), the subject-patch
+gate included) and, beside them, the same gates with the patch gate off (what the set says the new gate adds).
+Reject is the positive class; targets: recall >= 95 %, false rejects <= 5 %. Reports the counts, every miss and
+false reject with its reasons, and the misses per labelled defect kind and per configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from bench.subject_calibrate import load_inputs, score
+from quality.gates import Gates, evaluate
+
+
+def judge(rows: list[dict], labels: dict, gates: Gates) -> dict:
+    truth = np.array([labels[r["id"]]["label"] == "reject" for r in rows])
+    results = [evaluate(load_inputs(r), gates) for r in rows]
+    rejected = np.array([verdict == "reject" for _, verdict, _ in results])
+    sure = np.array([labels[r["id"]]["confidence"] == "sure" for r in rows])
+    errors = [{"id": r["id"], "config": r["config"], **{k: labels[r["id"]][k] for k in ("label", "confidence",
+                                                                                         "defects", "note")},
+               "failed_gates": [name for name, entry in table.items() if entry["passed"] is False],
+               "reasons": reasons}
+              for r, (table, _, reasons), t, j in zip(rows, results, truth, rejected) if t != j]
+    missed = [e for e in errors if e["label"] == "reject"]
+    return {**score(rejected, truth), "sure_labels_only": score(rejected[sure], truth[sure]),
+            "missed_by_defect": dict(Counter(d for e in missed for d in e["defects"])),
+            "missed_by_config": dict(Counter(e["config"] for e in missed)),
+            "false_rejects_by_config": dict(Counter(e["config"] for e in errors if e["label"] == "accept")),
+            "pairs_by_config": dict(Counter(r["config"] for r in rows)), "errors": errors}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--features", type=Path, required=True)
+    parser.add_argument("--labels", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    labels = json.loads(args.labels.read_text())["labels"]
+    rows = [json.loads(line) for line in args.features.read_text().splitlines()]
+    rows = [r for r in rows if r["id"] in labels]
+    gates = Gates()
+    out = {"features": str(args.features), "labels": str(args.labels), "gates": gates.to_dict(),
+           "targets": {"reject_recall_min": 0.95, "false_reject_rate_max": 0.05},
+           "with_patch_gate": judge(rows, labels, gates),
+           "without_patch_gate": judge(rows, labels, replace(gates, subject_patch_max=None))}
+    for name in ("with_patch_gate", "without_patch_gate"):
+        result = {k: v for k, v in out[name].items() if k != "errors"}
+        print(name, json.dumps(result))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
