@@ -1,7 +1,8 @@
 """Issue 35's corpus: same-seed nano pairs with the artifacts the tiers really make, for calibrating the subject gates.
 
     python -m bench.subject_corpus --out DIR [--prompts assets/prompts/nano_heldout.txt] [--seeds 42,43]
-                                   [--workers 4] [--device cuda] [--limit N]
+                                   [--workers 4] [--device cuda] [--limit N] [--only 0,1,2]
+                                   [--configs turbo,fp8,cache-05|cache-15,sol]
 
 Every (prompt, seed) gets a 50-step baseline and five candidates: `turbo` and `sol` always (the tiers reviewers
 see most), and three variants taken in turn from VARIANTS (turbo-5, fp8, sol-fp8, block-sparse keep ratios
@@ -9,6 +10,9 @@ see most), and three variants taken in turn from VARIANTS (turbo-5, fp8, sol-fp8
 different prompts. Clips are written as DIR/clips/<sha>.mp4 (the engine's own MP4: H.264 + AAC) and
 DIR/corpus.json lists the pairs (prompt, seed, config, baseline and candidate file). Progress: one line per clip.
 The assignment is deterministic (no random draw): pair k of (prompt p, seed s) takes variant (3 * index + k) mod n.
+`--configs` replaces that plan with a fixed list of candidates per (prompt, seed), `a|b|c` taking a, b, c in turn
+(issue 35's seed-45 set, weighted to the tiers whose clips are usually clean, to measure false rejects).
+Clips are made one (prompt, seed) group at a time, baseline first, so a run cut short leaves whole pairs.
 """
 
 from __future__ import annotations
@@ -54,12 +58,16 @@ def tiers_toml() -> str:
     return "\n".join(lines) + "\n"
 
 
-def plan(prompts: list[str], seeds: list[int]) -> list[dict]:
+def plan(prompts: list[str], seeds: list[int], configs: str = "") -> list[dict]:
     names = list(VARIANTS)
     pairs = []
     for index, (prompt, seed) in enumerate((p, s) for s in seeds for p in prompts):
-        chosen = [names[(PER_PAIR_VARIANTS * index + k) % len(names)] for k in range(PER_PAIR_VARIANTS)]
-        for config in (*ALWAYS, *chosen):
+        if configs:
+            chosen = [c.split("|")[index % len(c.split("|"))] for c in configs.split(",")]
+        else:
+            chosen = [*ALWAYS, *(names[(PER_PAIR_VARIANTS * index + k) % len(names)]
+                                 for k in range(PER_PAIR_VARIANTS))]
+        for config in chosen:
             pairs.append({"prompt": prompt, "seed": seed, "config": config})
     return pairs
 
@@ -92,15 +100,24 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--limit", type=int, default=0, help="only the first N (prompt, seed) groups (smoke runs)")
+    parser.add_argument("--only", default="", help="only these prompts, by their index among the file's prompts")
+    parser.add_argument("--configs", default="",
+                        help="candidates per (prompt, seed), comma-separated; a|b takes a and b in turn")
     parser.add_argument("--assemble", action="store_true",
                         help="generate nothing: write corpus.json from the clips DIR/clips.jsonl already lists")
     args = parser.parse_args()
     prompts = [line.strip() for line in args.prompts.read_text().splitlines()
                if line.strip() and not line.startswith("#")]
+    if args.only:
+        prompts = [prompts[int(i)] for i in args.only.split(",")]
+    unknown = {c for c in args.configs.replace("|", ",").split(",") if c} - set(VARIANTS) - {"turbo", "sol"}
+    if unknown:
+        parser.error(f"--configs: unknown configuration(s) {sorted(unknown)}; known: turbo, sol, {', '.join(VARIANTS)}")
     seeds = [int(s) for s in args.seeds.split(",")]
-    pairs = plan(prompts, seeds)
+    pairs = plan(prompts, seeds, args.configs)
     if args.limit:
-        pairs = pairs[:args.limit * (len(ALWAYS) + PER_PAIR_VARIANTS)]
+        groups = list(dict.fromkeys((p["prompt"], p["seed"]) for p in pairs))[:args.limit]
+        pairs = [p for p in pairs if (p["prompt"], p["seed"]) in groups]
     (args.out / "clips").mkdir(parents=True, exist_ok=True)
     log = args.out / "clips.jsonl"
     if args.assemble:
@@ -109,10 +126,9 @@ def main() -> None:
     tiers_file = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
     tiers_file.write(tiers_toml())
     tiers_file.close()
-    # One job per distinct clip: a (prompt, seed) baseline once, each candidate once.
-    jobs = {(p["prompt"], p["seed"], "baseline") for p in pairs} | {(p["prompt"], p["seed"], p["config"])
-                                                                     for p in pairs}
-    jobs = sorted(jobs, key=lambda j: (j[2] != "baseline", j))
+    # One job per distinct clip: a (prompt, seed) baseline once, each candidate once; group by group, baseline first.
+    jobs = list(dict.fromkeys(job for p in pairs for job in ((p["prompt"], p["seed"], "baseline"),
+                                                            (p["prompt"], p["seed"], p["config"]))))
     shards: list[list[dict]] = [[] for _ in range(args.workers)]
     for i, (prompt, seed, tier) in enumerate(jobs):
         shards[i % args.workers].append({"prompt": prompt, "seed": seed, "tier": tier})

@@ -211,7 +211,7 @@ class Comparison:
             ghost_threshold=self.ghost.params.frame_threshold,
             audio_desync_ms=None if self.audio is None or self.audio.desync_ms is None
             else round(self.audio.desync_ms, 1),
-            audio_reason=self.audio_reason,
+            audio_reason=self.audio_reason or (self.audio and self.audio.desync_reason),
             psnr_mean=round(float(self.psnr.mean()), 3),
             flip_mean=_round(self.flip_mean, 5),
             flip_reason=self.flip_reason,

@@ -82,6 +82,7 @@ class AudioSummary:
     loudness_delta_lu: float | None
     sample_rate: int
     seconds: float
+    desync_reason: str | None = None  # why desync_ms is None (summaries stored before 2026-12-07 lack it)
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,44 @@ def test_audio_gate_in_summary(base_frames, audio):
     assert any("candidate has no audio track" in r for r in silent["suggestion_reasons"])
 
 
+def pulse_train(contour, seed: int, seconds: float = 5.0, rate: int = 48000) -> np.ndarray:
+    """Stereo like the nano's audio: a 220 Hz burst every ~40 ms, its loudness following a slow contour."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(rate * seconds)) / rate
+    pulses = np.zeros_like(t)
+    for start in np.arange(0.01, seconds - 0.01, 0.040) + rng.normal(0, 0.002, len(np.arange(0.01, seconds - 0.01,
+                                                                                              0.040))):
+        i = int(start * rate)
+        pulses[i:i + 400] += np.exp(-np.arange(len(pulses[i:i + 400])) / 80)
+    x = pulses * np.sin(2 * np.pi * 220 * t) * contour(t) + 0.01 * rng.standard_normal(len(t))
+    return np.stack([x, x]).astype(np.float32)
+
+
+def test_audio_desync_is_not_guessed_when_the_tracks_differ():
+    """Two pulse trains whose loudness contours differ have no true lag: the old search read one anyway (the
+    correlation is a comb whose highest tooth follows the slow contour) and failed clean nano pairs at its edge."""
+    rate = 48000
+    rising = pulse_train(lambda t: 1 + 0.8 * np.sin(2 * np.pi * t / 5), seed=1)
+    falling = pulse_train(lambda t: 1 - 0.8 * np.sin(2 * np.pi * t / 5), seed=2)
+    differ = compare_audio(rising, rate, falling, rate)
+    assert differ.desync_ms is None and differ.correlation < 0.7
+    assert "differ too much" in differ.desync_reason or "edge" in differ.desync_reason
+    # The same train late by 800 ms (beyond the old +-500 ms search) is a measured desync.
+    late = compare_audio(rising, rate, delayed(rising, rate, 800), rate)
+    assert late.desync_ms == pytest.approx(800, abs=2) and late.desync_reason is None
+
+
+def test_audio_gate_not_measured_names_why(base_frames):
+    rate = 48000
+    samples = pulse_train(lambda t: 1 + 0.8 * np.sin(2 * np.pi * t / 5), seed=1, seconds=T / 24.0)
+    other = pulse_train(lambda t: 1 - 0.8 * np.sin(2 * np.pi * t / 5), seed=2, seconds=T / 24.0)
+    base = clip(base_frames, synth.SynthAudio(samples, rate))
+    out = compare_clips(base, clip(base_frames, synth.SynthAudio(other, rate)), lpips=False).summary()
+    assert out["gates"]["audio_desync_ms"]["passed"] is None
+    assert out["audio"]["desync_ms"] is None and out["audio"]["desync_reason"]
+    assert any(out["audio"]["desync_reason"] in r for r in out["suggestion_reasons"])
+
+
 # ---------------------------------------------------------------------------------------------- LPIPS
 
 
