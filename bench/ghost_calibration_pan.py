@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
         if number % 26 == 0 or number == len(cases):
             print(f"{number}/{len(cases)} cases ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
     report = suite.build_report(results, time.perf_counter() - start)
-    report["setup"].update(pan_px_per_frame=args.pan, gate="ghost_frames_min=3 (the suite's calibration gate)",
+    report["setup"].update(pan_px_per_frame=args.pan, gate="the studio's ghosting gate, quality.gates.Gates()",
                            command=f"python -m bench.ghost_calibration_pan --pan {args.pan}")
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     figures = {k: report[k] for k in ("recall_at_opacity_ge_10pct", "false_positive_rate", "recall_by_opacity",
