@@ -8,6 +8,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before any test imports transformers or diffusers
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One intra-op thread per xdist worker, set before anything imports torch: .ci/run's two workers share two
+    # cores, and torch's default of a thread per core would put four busy threads on them (a 64x32 clip took
+    # 14-21 s with 2 threads under load, 1.2-1.5 s with 1; see one_torch_thread). Subprocesses inherit it.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Markers (registered in pyproject.toml) by module or by test, kept here so a module needs no edit to change tier.
 # "slow": 9 s or more in a --durations run on the shared 2-core CI machine; add a test here when it gets that slow.
@@ -59,12 +64,17 @@ MARKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module, _, name = item.nodeid.partition("::")
         for key in (module, f"{module}::{name.partition('[')[0]}"):
             for marker in MARKS.get(key, ()):
                 item.add_marker(marker)
+    if hasattr(config, "workerinput"):  # an xdist worker (-n): see tests/scheduling.py
+        from tests.scheduling import mark_groups
+
+        mark_groups(items)
 
 
 # The seed every test's global generators start from (tests/test_seeding.py checks the reset).

@@ -115,6 +115,9 @@ def started_studio(data_dir: Path, name: str, *extra: str):
     if not Path(CHROMIUM).exists():  # checked first: no server start when the browser is missing
         pytest.skip(f"{CHROMIUM} is not installed")
     port = _free_port()
+    # Each xdist worker that starts studios writes its own logs (tests/scheduling.py keeps the browser tests on one).
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        name = f"{name}-{os.environ['PYTEST_XDIST_WORKER']}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
