@@ -1,0 +1,131 @@
+"""The ghosting gate's rule on per-frame dumps: synthetic ghost suites against clean nano pairs (issue 35).
+
+    python -m bench.ghost_gate_rule dump synth|pan|CORPUS_DIR OUT.json   # per-frame ghost figures of every case
+    python -m bench.ghost_gate_rule score OUT.json [OUT.json ...]         # the studio's gate (quality.gates) on them
+
+`dump` runs compare_clips on the synthetic calibration suite (tests/test_ghost_calibration.py), the same suite with
+the camera panning 2 px a frame on every scene (`pan`), or a corpus made by bench/subject_corpus.py, and keeps per
+frame what the ghosting gate reads: the detector's score near the subject, the copy's lag, the evidence's share of
+the subject's area. `score` evaluates quality.gates on those series with the studio's default Gates() and, for
+comparison, the rule before 2026-12-07 (12 flagged frames of 12, any lag, no share) and the detector's calibration
+gate (3 frames): synthetic recall at opacity >= 10 % (and, for the pan suite, of copies displaced by at least 2 %
+of the short side), false positives, and for nano corpora the pairs failed and the most counted frames.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from quality import ClipData, compare_clips
+from quality.gates import GateInputs, Gates, evaluate
+
+RULES = {"studio (default Gates())": Gates(),
+         "before 2026-12-07 (12 of 12, any lag)": Gates(ghost_frames_min=12, ghost_lag_tolerance=None,
+                                                        ghost_min_subject_share=0.0),
+         "detector calibration (3 frames, any lag)": Gates(ghost_frames_min=3, ghost_lag_tolerance=None,
+                                                           ghost_min_subject_share=0.0)}
+
+
+def frames_of(comparison) -> list[dict]:
+    series = comparison._series()
+    return [{"score": round(float(comparison.ghost.scores[t]), 4), "near": round(float(series["ghost_score"][t]), 4),
+             "lag": int(series["ghost_lag"][t]),
+             "share": None if np.isnan(series["ghost_subject_share"][t]) else round(
+                 float(series["ghost_subject_share"][t]), 4)} for t in range(comparison.frames)]
+
+
+def _synthetic(case: dict) -> dict:
+    from tests import test_ghost_calibration as suite
+    if case.get("pan"):
+        as_drawn = suite.scene_kwargs
+        suite.scene_kwargs = lambda seed: {**as_drawn(seed), "pan": case["pan"]}
+    base, cand = suite.render_case(case)
+    comparison = compare_clips(ClipData(base, 24.0), ClipData(cand, 24.0), lpips=False, flip=False, workers=1,
+                               baseline_motion=suite._BASELINE_FLOW)
+    offset = None
+    if case["kind"] == "ghost":  # the copy's offset on screen: the subject's velocity less the pan, times the lag
+        from quality import synth
+        scene = synth.make_scene(case["seed"], width=suite.WIDTH, height=suite.HEIGHT, frames=suite.FRAMES,
+                                 **{**suite.scene_kwargs(case["seed"]), **({"pan": case["pan"]} if case.get("pan")
+                                                                           else {})})
+        velocity = np.array(scene.subjects[0].velocity, float)
+        velocity[0] -= scene.pan
+        offset = round(float(np.linalg.norm(velocity) * abs(case["lag"])), 1)
+    return {**case, "offset_px": offset, "short_side": suite.HEIGHT, "frames": frames_of(comparison)}
+
+
+def _nano(job: tuple[str, str, str]) -> dict:
+    from quality.clipio import read_clip
+    pair_id, base, cand = job
+    comparison = compare_clips(read_clip(base), read_clip(cand), lpips=False, flip=False, workers=1)
+    return {"id": pair_id, "frames": frames_of(comparison)}
+
+
+def dump(what: str, out: Path) -> None:
+    if what in ("synth", "pan"):
+        from tests import test_ghost_calibration as suite
+        jobs, fn = suite.make_cases(), _synthetic
+        if what == "pan":
+            jobs = [{**case, "pan": 2.0} for case in jobs]
+    else:
+        from bench.subject_strips import pair_id
+        corpus = Path(what)
+        pairs = json.loads((corpus / "corpus.json").read_text())["pairs"]
+        jobs = [(pair_id(p), str(corpus / p["baseline"]), str(corpus / p["candidate"])) for p in pairs
+                if "error" not in p]
+        fn = _nano
+    start, rows = time.time(), []
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for rows_done, row in enumerate(pool.map(fn, jobs, chunksize=4), 1):
+            rows.append(row)
+            if rows_done % 20 == 0 or rows_done == len(jobs):
+                print(f"{rows_done}/{len(jobs)} ({time.time() - start:.0f} s)", file=sys.stderr, flush=True)
+    out.write_text(json.dumps(rows) + "\n")
+
+
+def fails(row: dict, gates: Gates) -> tuple[bool, int]:
+    frames = row["frames"]
+    series = {"ghost_score": np.array([f["near"] for f in frames], float),
+              "ghost_lag": np.array([f["lag"] for f in frames], float),
+              "ghost_subject_share": np.array([np.nan if f["share"] is None else f["share"] for f in frames], float)}
+    values = GateInputs(lpips_delta=None, lpips_reason=None, sharpness_ratio=None, temporal_jitter_ratio=None,
+                        ghost_threshold=0.05, audio_desync_ms=None, audio_reason=None, psnr_mean=0.0, series=series)
+    entry = evaluate(values, gates)[0]["ghosting"]
+    return entry["passed"] is False, entry["value"]
+
+
+def score(files: list[Path]) -> dict:
+    report = {}
+    for file in files:
+        rows = json.loads(file.read_text())
+        figures = {}
+        for name, gates in RULES.items():
+            if "kind" in rows[0]:
+                ghosts = [r for r in rows if r["kind"] == "ghost" and r["opacity"] >= 0.1]
+                visible = [r for r in ghosts if r["offset_px"] >= 0.02 * r["short_side"]]
+                harmless = [r for r in rows if r["kind"] != "ghost"]
+                figures[name] = {k: f"{sum(fails(r, gates)[0] for r in group)} of {len(group)}" for k, group in
+                                 (("recall", ghosts), ("recall_offset_ge_2pct", visible),
+                                  ("false_positives", harmless))}
+            else:
+                counts = [fails(r, gates) for r in rows]
+                figures[name] = {"pairs_failed": f"{sum(f for f, _ in counts)} of {len(rows)}",
+                                 "most_frames_counted": max(c for _, c in counts)}
+        report[str(file)] = figures
+    return report
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "dump":
+        dump(sys.argv[2], Path(sys.argv[3]))
+    elif len(sys.argv) >= 3 and sys.argv[1] == "score":
+        print(json.dumps(score([Path(a) for a in sys.argv[2:]]), indent=1))
+    else:
+        sys.exit(__doc__)
