@@ -1,6 +1,7 @@
 """Score the frozen gates once on a held-out set made after they were frozen (issue 35, the colour-patch gate).
 
     python -m bench.subject_heldout_new --features DIR/features.jsonl --labels LABELS.json [--out JSON]
+                                        [--remeasure-audio CORPUS_DIR]
 
 Reads what bench/subject_features.py measured per pair and a label per pair (the same form as
 assets/subject_corpus/labels.json: accept / reject, the defects seen, sure / borderline), made by eye from the
@@ -42,15 +43,33 @@ def judge(rows: list[dict], labels: dict, gates: Gates) -> dict:
             "pairs_by_config": dict(Counter(r["config"] for r in rows)), "errors": errors}
 
 
+def remeasure_audio(rows: list[dict], corpus: Path) -> None:
+    """Replace each row's audio desync (and why it is missing) with a new measurement of its two clips."""
+    from bench.subject_strips import pair_id
+    from quality.audio import compare_audio
+    from quality.clipio import read_clip
+
+    pairs = {pair_id(p): p for p in json.loads((corpus / "corpus.json").read_text())["pairs"] if "error" not in p}
+    for row in rows:
+        base, cand = (read_clip(corpus / pairs[row["id"]][k]) for k in ("baseline", "candidate"))
+        audio = compare_audio(base.audio, base.sample_rate, cand.audio, cand.sample_rate)
+        row["audio_desync_ms"] = None if audio.desync_ms is None else round(audio.desync_ms, 1)
+        row["audio_reason"] = audio.desync_reason
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--features", type=Path, required=True)
     parser.add_argument("--labels", type=Path, required=True)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--remeasure-audio", type=Path, metavar="CORPUS",
+                        help="measure the audio figures again from the corpus's clips with today's quality/audio.py")
     args = parser.parse_args()
     labels = json.loads(args.labels.read_text())["labels"]
     rows = [json.loads(line) for line in args.features.read_text().splitlines()]
     rows = [r for r in rows if r["id"] in labels]
+    if args.remeasure_audio:
+        remeasure_audio(rows, args.remeasure_audio)
     gates = Gates()
     out = {"features": str(args.features), "labels": str(args.labels), "gates": gates.to_dict(),
            "targets": {"reject_recall_min": 0.95, "false_reject_rate_max": 0.05},
