@@ -129,8 +129,9 @@ def run_scene(cases: list[dict[str, Any]], params: GhostParams | None = None) ->
         comparison = compare_clips(ClipData(base, 24.0), ClipData(frames, 24.0), lpips=False, flip=False, workers=1,
                                    ghost_params=params or GhostParams(workers=1))
         g = comparison.ghost
-        out.append({**case, **facts, "ghosting": bool(comparison.summary()["ghosting"]),  # the studio's gate
-                    "detector_ghosting": bool(g.ghosting), "ghost_score": round(float(g.score), 4),
+        out.append({**case, **facts, "ghosting": bool(g.ghosting),  # the detector's own 3-frame gate
+                    "studio_gate_ghosting": bool(comparison.summary()["ghosting"]),
+                    "ghost_score": round(float(g.score), 4),
                     "frames_flagged": int(g.flagged.sum()),
                     "lag_found": int(np.bincount(np.abs(g.lags[g.flagged])).argmax()) if g.flagged.any() else 0,
                     "seconds": round(time.perf_counter() - start, 2),
