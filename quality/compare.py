@@ -110,6 +110,21 @@ class Comparison:
             return None
         return self.subject.region_mean(self.flip_maps)
 
+    def _heat_near_subject(self, frames: np.ndarray):
+        """(t, heat, near) for each of `frames` where the subject is measured: the ghost heatmap on the subject's
+        grid and the region within the subject search radius of the baseline's subject."""
+        track = self.subject
+        h, w = track.masks.shape[1:]
+        radius = max(1, int(round(track.params.search * min(h, w))))
+        kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
+        for t in frames:
+            if not track.measured[t]:
+                continue
+            heat = self.ghost.heatmaps[t]
+            if heat.shape != (h, w):
+                heat = cv2.resize(heat, (w, h), interpolation=cv2.INTER_LINEAR)
+            yield t, heat, cv2.dilate(track.masks[t].astype(np.uint8), kernel).astype(bool)
+
     @cached_property
     def ghost_near_subject(self) -> np.ndarray:
         """float32 (T,): the ghost score where the detector's evidence lies near the baseline's subject (within the
@@ -118,17 +133,7 @@ class Comparison:
         scores = self.ghost.scores.astype(np.float32).copy()
         if self.subject is None:
             return scores
-        track = self.subject
-        h, w = track.masks.shape[1:]
-        radius = max(1, int(round(track.params.search * min(h, w))))
-        kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
-        for t in np.flatnonzero(scores > 0):
-            if not track.measured[t]:
-                continue
-            heat = self.ghost.heatmaps[t]
-            if heat.shape != (h, w):
-                heat = cv2.resize(heat, (w, h), interpolation=cv2.INTER_LINEAR)
-            near = cv2.dilate(track.masks[t].astype(np.uint8), kernel).astype(bool)
+        for t, heat, near in self._heat_near_subject(np.flatnonzero(scores > 0)):
             total = float(heat.sum())
             if total <= 0 or float(heat[near].sum()) < 0.5 * total:
                 scores[t] = 0.0
@@ -142,16 +147,8 @@ class Comparison:
         share = np.full(self.frames, np.nan)
         if self.subject is None:
             return share
-        track = self.subject
-        h, w = track.masks.shape[1:]
-        radius = max(1, int(round(track.params.search * min(h, w))))
-        kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
-        for t in np.flatnonzero(track.measured):
-            heat = self.ghost.heatmaps[t]
-            if heat.shape != (h, w):
-                heat = cv2.resize(heat, (w, h), interpolation=cv2.INTER_LINEAR)
-            near = cv2.dilate(track.masks[t].astype(np.uint8), kernel).astype(bool)
-            share[t] = np.count_nonzero((heat > 0) & near) / max(1, int(track.masks[t].sum()))
+        for t, heat, near in self._heat_near_subject(range(self.frames)):
+            share[t] = np.count_nonzero((heat > 0) & near) / max(1, int(self.subject.masks[t].sum()))
         return share
 
     @property
