@@ -307,7 +307,7 @@ def evaluate(values: GateInputs, gates: Gates) -> tuple[dict[str, dict[str, Any]
     failed = any(entry["passed"] is False for entry in table.entries.values())
     reasons = list(table.failed)
     if table.unmeasured:
-        reasons.append("Not measured: " + "; ".join(table.unmeasured) + ".")
+        reasons.append("Not measured: " + "; ".join(dict.fromkeys(table.unmeasured)) + ".")  # FLIP: once, not per gate
     return table.entries, ("reject" if failed else "accept"), reasons
 
 

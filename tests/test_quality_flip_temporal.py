@@ -91,6 +91,7 @@ def test_flip_unavailable_is_null_with_reason(base, monkeypatch):
     assert summary["gates"]["flip"]["passed"] is None
     last = summary["suggestion_reasons"][-1]
     assert last.startswith("Not measured:") and "FLIP (" in last
+    assert last.count("FLIP (") == 1  # one line per missing metric, not one per gate that reads it
     with pytest.raises(Exception, match="no FLIP maps"):
         comparison.flip_map(0)
 
