@@ -1,7 +1,7 @@
 """Score the frozen gates once on a held-out set made after they were frozen (issue 35, the colour-patch gate).
 
     python -m bench.subject_heldout_new --features DIR/features.jsonl --labels LABELS.json [--out JSON]
-                                        [--remeasure-audio CORPUS_DIR]
+                                        [--remeasure-audio CORPUS_DIR] [--remeasure-size CORPUS_DIR]
 
 Reads what bench/subject_features.py measured per pair and a label per pair (the same form as
 assets/subject_corpus/labels.json: accept / reject, the defects seen, sure / borderline), made by eye from the
@@ -57,6 +57,27 @@ def remeasure_audio(rows: list[dict], corpus: Path) -> None:
         row["audio_reason"] = audio.desync_reason
 
 
+def remeasure_size(rows: list[dict], corpus: Path) -> None:
+    """Add the baseline subject's size per frame (the series the displacement limit reads since 2026-12-07) to rows
+    measured before it existed, tracking the subject again in the corpus's clips; the displacement it tracks must
+    be the one on record."""
+    from bench.subject_strips import pair_id
+    from quality.analysis import analysis_factor
+    from quality.clipio import read_clip
+    from quality.subject import track_subject
+
+    pairs = {pair_id(p): p for p in json.loads((corpus / "corpus.json").read_text())["pairs"] if "error" not in p}
+    for i, row in enumerate(rows):
+        base, cand = (read_clip(corpus / pairs[row["id"]][k]) for k in ("baseline", "candidate"))
+        track = track_subject(base.frames, cand.frames, analysis_factor(*base.size))
+        on_record = np.array([np.nan if v is None else v for v in row["series"]["subject_displacement_px"]])
+        if not np.allclose(track.displacement_px, on_record, atol=0.06, equal_nan=True):
+            raise SystemExit(f"{row['id']}: the subject tracked now is not the one on record; measure the set again")
+        row["series"]["subject_size_px"] = [None if not np.isfinite(a) else round(float(np.sqrt(a)), 2)
+                                            for a in track.base_area]
+        print(f"[{i + 1}/{len(rows)}] subject size of {row['id']}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--features", type=Path, required=True)
@@ -64,12 +85,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--remeasure-audio", type=Path, metavar="CORPUS",
                         help="measure the audio figures again from the corpus's clips with today's quality/audio.py")
+    parser.add_argument("--remeasure-size", type=Path, metavar="CORPUS",
+                        help="add the subject size series (features measured before 2026-12-07 lack it)")
     args = parser.parse_args()
     labels = json.loads(args.labels.read_text())["labels"]
     rows = [json.loads(line) for line in args.features.read_text().splitlines()]
     rows = [r for r in rows if r["id"] in labels]
     if args.remeasure_audio:
         remeasure_audio(rows, args.remeasure_audio)
+    if args.remeasure_size:
+        remeasure_size(rows, args.remeasure_size)
     gates = Gates()
     out = {"features": str(args.features), "labels": str(args.labels), "gates": gates.to_dict(),
            "targets": {"reject_recall_min": 0.95, "false_reject_rate_max": 0.05},

@@ -213,6 +213,7 @@ class Comparison:
         if self.subject is not None:
             track = self.subject
             series.update(subject_present=track.present, subject_displacement_px=track.displacement_px,
+                          subject_size_px=np.sqrt(track.base_area),
                           subject_fragments=np.maximum(track.fragments - track.base_fragments, 0),
                           subject_colour_delta=track.colour_delta, subject_patch=track.patch)
             flip = self.subject_flip
@@ -221,7 +222,6 @@ class Comparison:
         return series
 
     def _gate_inputs(self) -> GateInputs:
-        width, height = self.baseline.size
         return GateInputs(
             lpips_delta=None if self.lpips_delta is None else round(self.lpips_delta, 5),
             lpips_reason=self.lpips_reason,
@@ -237,7 +237,6 @@ class Comparison:
             flip_reason=self.flip_reason,
             temporal_consistency=_round(self.temporal_consistency, 4),
             series=self._series(),
-            short_side=min(width, height),
             subject_lost_below=self.subject.params.lost_below if self.subject is not None else 0.25,
             subject_reason=None if self.subject is None else (
                 None if self.subject.measured.any() else "no subject stands out in the baseline"),

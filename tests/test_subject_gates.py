@@ -27,21 +27,21 @@ def background(seed: int, textured: bool, width: int = W, height: int = H) -> np
 
 
 def scene(seed: int = 0, textured: bool = True, pan: int = 0, shift: int = 0,
-          missing: range = range(0), broken: range = range(0)) -> np.ndarray:
-    """(T, H, W, 3): a red square moving right to left over a background; `pan` px per frame moves the camera
-    (background and subject together), `shift` moves the square, `missing` frames lack it, `broken` frames show it
-    as four separated corners."""
+          missing: range = range(0), broken: range = range(0), side: int = SIDE) -> np.ndarray:
+    """(T, H, W, 3): a red square (`side` px) moving right to left over a background; `pan` px per frame moves the
+    camera (background and subject together), `shift` moves the square, `missing` frames lack it, `broken` frames
+    show it as four separated corners."""
     wide = background(seed, textured, W + pan * T + 1)
     frames = np.empty((T, H, W, 3), np.uint8)
     for t in range(T):
         frame = wide[:, pan * t:pan * t + W].copy()
         x, y = 180 - 3 * t + shift, 50
         if t in broken:
-            q = SIDE // 3
+            q = side // 3
             for dx, dy in ((0, 0), (2 * q + 6, 0), (0, 2 * q + 6), (2 * q + 6, 2 * q + 6)):
                 frame[y + dy:y + dy + q, x + dx:x + dx + q] = RED
         elif t not in missing:
-            frame[y:y + SIDE, x:x + SIDE] = RED
+            frame[y:y + side, x:x + side] = RED
         frames[t] = frame
     return frames
 
@@ -78,6 +78,16 @@ def test_a_subject_moved_by_a_third_of_the_frame_fails():
     # Measured on the part of the square inside the search radius (a quarter of the short side): 30 px or more.
     assert result["gates"]["subject_moved"]["value"] >= 30
     assert result["gates"]["subject_moved"]["text"].startswith("subject moved ")
+
+
+def test_the_displacement_limit_is_a_share_of_the_subject_size():
+    """16 px is a third of a 48 px square (reviewers accepted such turbo-5 shifts; the old limit, 10 % of the short
+    side = 12.8 px, failed them) and passes; 14 px is two thirds of a 22 px square and fails."""
+    large = summary(scene(textured=False, side=48), scene(textured=False, side=48, shift=16))["gates"]["subject_moved"]
+    assert large["passed"] is True and 15 <= large["value"] <= 17 and large["limit"] == pytest.approx(24, abs=1)
+    small = summary(scene(textured=False), scene(textured=False, shift=14))["gates"]["subject_moved"]
+    assert small["passed"] is False and small["limit"] == pytest.approx(11, abs=1)
+    assert "(0.6 of its size)" in small["text"] or "(0.7 of its size)" in small["text"], small["text"]
 
 
 def test_a_camera_pan_that_keeps_the_subject_passes():
@@ -167,8 +177,7 @@ def test_gate_limits_come_from_gates():
     values = GateInputs(lpips_delta=None, lpips_reason=None, sharpness_ratio=1.0, temporal_jitter_ratio=1.0,
                         ghost_threshold=0.05, audio_desync_ms=None, audio_reason=None, psnr_mean=40.0,
                         series={"subject_present": present, "subject_displacement_px": np.zeros(52),
-                                "subject_fragments": np.zeros(52), "subject_colour_delta": np.zeros(52)},
-                        short_side=128)
+                                "subject_fragments": np.zeros(52), "subject_colour_delta": np.zeros(52)})
     strict = evaluate(values, Gates(subject_present_min=0.5))[0]["subject_present"]
     loose = evaluate(values, Gates(subject_present_min=0.3))[0]["subject_present"]
     assert strict["passed"] is False and strict["frames"] == [20, 31] and loose["passed"] is True
@@ -177,7 +186,7 @@ def test_gate_limits_come_from_gates():
 def _ghost_inputs(score: np.ndarray, lag: np.ndarray) -> GateInputs:
     return GateInputs(lpips_delta=None, lpips_reason=None, sharpness_ratio=1.0, temporal_jitter_ratio=1.0,
                       ghost_threshold=0.05, audio_desync_ms=None, audio_reason=None, psnr_mean=40.0,
-                      series={"ghost_score": score, "ghost_lag": lag}, short_side=128)
+                      series={"ghost_score": score, "ghost_lag": lag})
 
 
 def test_ghosting_needs_a_copy_that_keeps_its_lag():

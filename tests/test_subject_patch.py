@@ -91,8 +91,7 @@ def test_the_patch_limit_comes_from_gates():
                         ghost_threshold=0.05, audio_desync_ms=None, audio_reason=None, psnr_mean=40.0,
                         series={"subject_present": np.ones(52), "subject_displacement_px": np.zeros(52),
                                 "subject_fragments": np.zeros(52), "subject_colour_delta": np.zeros(52),
-                                "subject_patch": patch},
-                        short_side=128)
+                                "subject_patch": patch})
     strict = evaluate(values, Gates(subject_patch_max=0.2))[0]["subject_patch"]
     loose = evaluate(values, Gates(subject_patch_max=0.4))[0]["subject_patch"]
     off = evaluate(values, Gates(subject_patch_max=None))[0]["subject_patch"]
