@@ -27,6 +27,8 @@ from quality import ClipData, compare_clips
 from quality.gates import GateInputs, Gates, evaluate
 
 RULES = {"studio (default Gates())": Gates(),
+         "9 of 12 at one lag, 3 % (7bf8acf; short clips as today)": Gates(ghost_frames_min=9,
+                                                                          ghost_min_subject_share=0.03),
          "before 2026-12-07 (12 of 12, any lag)": Gates(ghost_frames_min=12, ghost_lag_tolerance=None,
                                                         ghost_min_subject_share=0.0),
          "detector calibration (3 frames, any lag)": Gates(ghost_frames_min=3, ghost_lag_tolerance=None,

@@ -147,9 +147,10 @@ _BASELINE_FLOW = BaselineMotionCache()  # per worker process: a scene's 26 cases
 
 # Two gates read the same comparison. The detector's calibration gate (3 flagged frames in half a second, any lag,
 # no share of the subject) is what these scenes were tuned with: the 95 % / 2 % targets hold for it. The studio's
-# default (quality.gates.Gates(): 9 frames of 12 at one lag, each covering 3 % of the subject) must also pass clean
-# nano pairs, whose outline wobbles; here it recalls 86 % (2026-12-07; the rule was chosen looking at these scenes
-# too, so in-sample), the open gap of issue 35 (BENCHMARKS.md "The ghosting gate").
+# default (quality.gates.Gates(): 8 frames of 12 at one lag, each covering 2 % of the subject; fewer in a clip too
+# short for a copy at its lag to show in 8) must also pass clean nano pairs, whose outline wobbles; here it recalls
+# 97 % (2026-12-07; the rule was chosen looking at these scenes too, so in-sample; BENCHMARKS.md "The ghosting
+# gate").
 CALIBRATION_GATES = Gates(ghost_frames_min=3, ghost_lag_tolerance=None, ghost_min_subject_share=0.0)
 STUDIO_GATES = Gates()
 
@@ -276,8 +277,8 @@ def test_ghost_detector_calibration():
     assert len(results) == len(cases) >= 200
     assert report["recall_at_opacity_ge_10pct"] >= 0.95
     assert report["false_positive_rate"] <= 0.02
-    studio = report["studio_gate"]  # the studio's default gate: below the target, held where it stands (in-sample)
-    assert studio["recall_at_opacity_ge_10pct"] >= 0.85 and studio["false_positive_rate"] <= 0.02
+    studio = report["studio_gate"]  # the studio's default gate, in-sample
+    assert studio["recall_at_opacity_ge_10pct"] >= 0.95 and studio["false_positive_rate"] <= 0.02
     # A flagged clip's score estimates the copy's opacity, not a number from nowhere: never overstated, and close
     # on the whole. (Where the planted copy lies over another subject that occluded it in the lagged frame, the
     # copy is not in the baseline's past and the estimate drops to about half; hence the median.)

@@ -205,11 +205,26 @@ def test_ghosting_needs_a_copy_that_keeps_its_lag():
     flagged = np.where(jumping != 0, 0.3, 0.0)
     table = evaluate(_ghost_inputs(flagged, jumping), Gates())[0]
     assert table["ghosting"]["passed"] is True and table["ghosting"]["value"] < 9
-    one_fewer = score.copy()
-    one_fewer[30] = 0.0
-    assert evaluate(_ghost_inputs(one_fewer, lag), Gates())[0]["ghosting"]["passed"] is True
+    two_fewer = score.copy()
+    two_fewer[[29, 30]] = 0.0  # 7 frames: under ghost_frames_min
+    assert evaluate(_ghost_inputs(two_fewer, lag), Gates())[0]["ghosting"]["passed"] is True
     any_lag = evaluate(_ghost_inputs(flagged, jumping), Gates(ghost_lag_tolerance=None))[0]["ghosting"]
     assert any_lag["passed"] is False and "behind" not in any_lag["text"]
+
+
+def test_a_short_clip_can_fail_on_a_copy_at_a_long_lag():
+    """A copy 8 frames behind can only show in frames 8-15 of a 16-frame clip, fewer than the 8 of a 12-frame
+    window a long clip needs: the gate asks the same share of the 8 it can (6), so flagged in all 8 it fails (the
+    old rule, 9 of 12, could never fail it) and in 5 it passes."""
+    score, lag = np.zeros(16), np.zeros(16)
+    score[8:16], lag[8:16] = 0.3, 8
+    table = evaluate(_ghost_inputs(score, lag), Gates())[0]["ghosting"]
+    assert table["passed"] is False and table["limit"] == 6 and "8 frames behind" in table["text"]
+    score[[9, 11, 13]] = 0.0
+    assert evaluate(_ghost_inputs(score, lag), Gates())[0]["ghosting"]["passed"] is True
+    long_clip = np.zeros(60), np.zeros(60)
+    long_clip[0][20:28], long_clip[1][20:28] = 0.3, 8  # a long clip holds a whole window at lag 8: 8 needed
+    assert evaluate(_ghost_inputs(*long_clip), Gates())[0]["ghosting"]["limit"] == Gates().ghost_frames_min
 
 
 def test_ghosting_needs_a_copy_covering_part_of_the_subject():
@@ -217,7 +232,7 @@ def test_ghosting_needs_a_copy_covering_part_of_the_subject():
     frames without a measured subject (NaN) are not held to the share."""
     score, lag = np.zeros(40), np.zeros(40)
     score[10:20], lag[10:20] = 0.2, 3
-    for share, fails in ((0.02, False), (0.3, True), (np.nan, True)):
+    for share, fails in ((0.01, False), (0.3, True), (np.nan, True)):
         values = _ghost_inputs(score, lag)
         values.series["ghost_subject_share"] = np.full(40, share)
         assert (evaluate(values, Gates())[0]["ghosting"]["passed"] is False) is fails, share
