@@ -122,7 +122,7 @@ def main() -> None:
     log = args.out / "clips.jsonl"
     if args.assemble:
         results = {(r["prompt"], r["seed"], r["tier"]): r for r in map(json.loads, log.read_text().splitlines())}
-        return assemble(args.out, pairs, results, args.device, seeds)
+        return assemble(args.out, pairs, results, args.device, seeds, args.prompts)
     tiers_file = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
     tiers_file.write(tiers_toml())
     tiers_file.close()
@@ -153,18 +153,22 @@ def main() -> None:
               f"{item['prompt'][:50]!r}: {status}", flush=True)
     for proc in procs:
         proc.join()
-    assemble(args.out, pairs, results, args.device, seeds)
+    assemble(args.out, pairs, results, args.device, seeds, args.prompts)
     print(f"done in {time.time() - start:.0f} s")
 
 
-def assemble(out: Path, pairs: list[dict], results: dict, device: str, seeds: list[int]) -> None:
+def assemble(out: Path, pairs: list[dict], results: dict, device: str, seeds: list[int], suite: Path) -> None:
+    """Write DIR/corpus.json. Each pair names its prompt file (`suite`, repo-relative where it can be): pair ids
+    number prompts by their line in it (bench/subject_strips.py)."""
+    suite = suite.resolve()
+    suite_name = str(suite.relative_to(ROOT)) if suite.is_relative_to(ROOT) else str(suite)
     corpus = []
     for pair in pairs:
         base = results.get((pair["prompt"], pair["seed"], "baseline"), {})
         cand = results.get((pair["prompt"], pair["seed"], pair["config"]), {})
         if "file" not in base or "file" not in cand:
             pair = {**pair, "error": base.get("error") or cand.get("error") or "missing"}
-        corpus.append({**pair, "baseline": base.get("file"), "candidate": cand.get("file"),
+        corpus.append({**pair, "suite": suite_name, "baseline": base.get("file"), "candidate": cand.get("file"),
                        "config_spec": VARIANTS.get(pair["config"]) or {"tier": pair["config"]}})
     (out / "corpus.json").write_text(json.dumps({"device": device, "seeds": seeds, "pairs": corpus}, indent=1))
     print(f"{sum('error' not in p for p in corpus)} of {len(corpus)} pairs")

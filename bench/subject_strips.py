@@ -31,8 +31,10 @@ def prompt_index(prompt: str, suite: Path = ROOT / "assets/prompts/nano_heldout.
 
 
 def pair_id(pair: dict) -> str:
-    """A stable, readable id: the config, the seed and the prompt's index in the suite."""
-    return f"{pair['config']}_s{pair['seed']}_p{prompt_index(pair['prompt']):02d}"
+    """A stable, readable id: the config, the seed and the prompt's index in the pair's prompt file (corpora made
+    before 2026-12-07 name none: theirs is nano_heldout.txt)."""
+    suite = ROOT / pair["suite"] if "suite" in pair else ROOT / "assets/prompts/nano_heldout.txt"
+    return f"{pair['config']}_s{pair['seed']}_p{prompt_index(pair['prompt'], suite):02d}"
 
 
 def strip(base: np.ndarray, cand: np.ndarray) -> np.ndarray:
