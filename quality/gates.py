@@ -10,7 +10,8 @@ The subject gates (quality/subject.py) come first: a subject that vanishes, move
 colour or shows a blotch of another colour is what whole-frame figures miss. Their limits, the window size and the
 ghost and sharpness limits were tuned on the calibration part of a labelled corpus of nano pairs
 (bench/subject_calibrate.py, bench/subject_patch_strips.py, BENCHMARKS.md "Subject gates"; the held-out part's
-figures are in bench/results/subject_heldout.json).
+figures are in bench/results/subject_heldout.json); the displacement limit and the ghosting rule were set again on
+2026-12-07 on development sets (see their comments) and judged on a set made after (assets/subject_corpus_s47).
 
 Other defaults: LPIPS delta <= 0.04 follows Sol-Engine's promotion gate (h3-facts §6); audio desync <= 40 ms (EBU
 R37 allows audio to lead picture by 40 ms, ITU-R BT.1359's detectability threshold is +45 / -125 ms; a candidate
@@ -250,8 +251,8 @@ def _persistent_copy(flagged: np.ndarray, lags: np.ndarray | None, gates: Gates)
     """(frames, needed, window, lag): the most flagged frames inside one window of ghost_window_frames whose copies
     sit at one lag (within ghost_lag_tolerance, same direction), how many the gate needs at that lag, and the lag.
     A copy s frames behind (or ahead) can only show in T - |s| frames: where a window cannot hold that many, the
-    gate needs the same share of the frames it can (a lag-8 copy in a 16-frame clip: 6 of 8, not 9), so a short
-    clip can fail too; never fewer than GHOST_FRAMES_FLOOR. Without a lag series (summaries stored before
+    gate needs the same share of the frames it can (a lag-8 copy in a 16-frame clip: 6 of its 8, not 8 of 12), so
+    a short clip can fail too; never fewer than GHOST_FRAMES_FLOOR. Without a lag series (summaries stored before
     2026-12-07) or a tolerance, every flagged frame counts (lag 0: not named)."""
     flagged = np.asarray(flagged, bool)
     if lags is None or gates.ghost_lag_tolerance is None:
