@@ -43,39 +43,33 @@ def judge(rows: list[dict], labels: dict, gates: Gates) -> dict:
             "pairs_by_config": dict(Counter(r["config"] for r in rows)), "errors": errors}
 
 
-def remeasure_audio(rows: list[dict], corpus: Path) -> None:
-    """Replace each row's audio desync (and why it is missing) with a new measurement of its two clips."""
-    from bench.subject_strips import pair_id
-    from quality.audio import compare_audio
-    from quality.clipio import read_clip
-
-    pairs = {pair_id(p): p for p in json.loads((corpus / "corpus.json").read_text())["pairs"] if "error" not in p}
-    for row in rows:
-        base, cand = (read_clip(corpus / pairs[row["id"]][k]) for k in ("baseline", "candidate"))
-        audio = compare_audio(base.audio, base.sample_rate, cand.audio, cand.sample_rate)
-        row["audio_desync_ms"] = None if audio.desync_ms is None else round(audio.desync_ms, 1)
-        row["audio_reason"] = audio.desync_reason
-
-
-def remeasure_size(rows: list[dict], corpus: Path) -> None:
-    """Add the baseline subject's size per frame (the series the displacement limit reads since 2026-12-07) to rows
-    measured before it existed, tracking the subject again in the corpus's clips; the displacement it tracks must
-    be the one on record."""
+def remeasure(rows: list[dict], corpus: Path, audio: bool, size: bool) -> None:
+    """Measure rows again from the corpus's clips, each pair read once. audio: replace the audio desync (and why it
+    is missing) with today's quality/audio.py. size: add the baseline subject's size per frame (the series the
+    displacement limit reads since 2026-12-07) to rows measured before it existed; the displacement tracked now
+    must be the one on record."""
     from bench.subject_strips import pair_id
     from quality.analysis import analysis_factor
+    from quality.audio import compare_audio
     from quality.clipio import read_clip
     from quality.subject import track_subject
 
     pairs = {pair_id(p): p for p in json.loads((corpus / "corpus.json").read_text())["pairs"] if "error" not in p}
     for i, row in enumerate(rows):
         base, cand = (read_clip(corpus / pairs[row["id"]][k]) for k in ("baseline", "candidate"))
-        track = track_subject(base.frames, cand.frames, analysis_factor(*base.size))
-        on_record = np.array([np.nan if v is None else v for v in row["series"]["subject_displacement_px"]])
-        if not np.allclose(track.displacement_px, on_record, atol=0.06, equal_nan=True):
-            raise SystemExit(f"{row['id']}: the subject tracked now is not the one on record; measure the set again")
-        row["series"]["subject_size_px"] = [None if not np.isfinite(a) else round(float(np.sqrt(a)), 2)
-                                            for a in track.base_area]
-        print(f"[{i + 1}/{len(rows)}] subject size of {row['id']}", flush=True)
+        if audio:
+            result = compare_audio(base.audio, base.sample_rate, cand.audio, cand.sample_rate)
+            row["audio_desync_ms"] = None if result.desync_ms is None else round(result.desync_ms, 1)
+            row["audio_reason"] = result.desync_reason
+        if size:
+            track = track_subject(base.frames, cand.frames, analysis_factor(*base.size))
+            on_record = np.array([np.nan if v is None else v for v in row["series"]["subject_displacement_px"]])
+            if not np.allclose(track.displacement_px, on_record, atol=0.06, equal_nan=True):
+                raise SystemExit(f"{row['id']}: the subject tracked now is not the one on record; measure the set "
+                                 "again")
+            row["series"]["subject_size_px"] = [None if not np.isfinite(a) else round(float(np.sqrt(a)), 2)
+                                                for a in track.base_area]
+        print(f"[{i + 1}/{len(rows)}] measured again: {row['id']}", flush=True)
 
 
 def main() -> None:
@@ -93,10 +87,11 @@ def main() -> None:
     # a pair the two labellers disagreed on (label null) has no truth to score against: left out, and listed
     disagreed = sorted(r["id"] for r in rows if r["id"] in labels and labels[r["id"]]["label"] is None)
     rows = [r for r in rows if r["id"] in labels and labels[r["id"]]["label"] is not None]
-    if args.remeasure_audio:
-        remeasure_audio(rows, args.remeasure_audio)
-    if args.remeasure_size:
-        remeasure_size(rows, args.remeasure_size)
+    corpora = {c for c in (args.remeasure_audio, args.remeasure_size) if c}
+    if len(corpora) > 1:
+        parser.error("--remeasure-audio and --remeasure-size name different corpora; one set has one corpus")
+    if corpora:
+        remeasure(rows, corpora.pop(), audio=bool(args.remeasure_audio), size=bool(args.remeasure_size))
     gates = Gates()
     out = {"features": str(args.features), "labels": str(args.labels), "gates": gates.to_dict(),
            "targets": {"reject_recall_min": 0.95, "false_reject_rate_max": 0.05}, "left_out_disagreed": disagreed,

@@ -173,8 +173,8 @@ def _subject_gates(table: _Table, values: GateInputs, gates: Gates) -> None:
                                         f"only {window.value:.0%} of the subject is there in {_span(window)}"))
 
     moved = worst_window(s["subject_displacement_px"], w, higher_is_worse=True, how="median")
-    size = s.get("subject_size_px")
-    size = float(np.nanmedian(size)) if size is not None and np.isfinite(size).any() else None
+    sizes = s.get("subject_size_px")
+    size = float(np.nanmedian(sizes)) if sizes is not None and np.isfinite(sizes).any() else None
     limit_px = None if gates.subject_moved_max is None or size is None else round(gates.subject_moved_max * size, 1)
     passed = None if limit_px is None or moved is None else moved.value <= limit_px
     table.add("subject_moved", _entry(None if moved is None else _round(moved.value, 1), limit_px, passed, moved,
