@@ -239,6 +239,20 @@ def test_audio_desync_is_not_guessed_when_the_tracks_differ():
     assert late.desync_ms == pytest.approx(800, abs=2) and late.desync_reason is None
 
 
+def test_audio_desync_is_not_read_from_a_comb_tooth_of_a_clean_nano_pair():
+    """A clean turbo pair of the seed-48 set (prompt 1; both tracks at 8 kHz, int16): its onset envelopes align best
+    300 ms apart at 0.83, a tooth of the pulse-train comb under the loudness contour's hump, and the old 0.7 floor
+    failed it as 300 ms out of sync. The same track late by 100 ms is still measured."""
+    data = np.load(Path(__file__).parent / "data" / "audio_turbo_s48_p01_8k.npz")
+    rate = int(data["rate"])
+    base, cand = (np.repeat(data[k][None].astype(np.float32) / 32767, 2, axis=0) for k in ("base", "cand"))
+    clean = compare_audio(base, rate, cand, rate)
+    assert clean.desync_ms is None and 0.8 < clean.correlation < 0.85
+    assert "differ too much" in clean.desync_reason
+    late = compare_audio(base, rate, delayed(base, rate, 100), rate)
+    assert late.desync_ms == pytest.approx(100, abs=2) and late.correlation > 0.9
+
+
 def test_audio_gate_not_measured_names_why(base_frames):
     rate = 48000
     samples = pulse_train(lambda t: 1 + 0.8 * np.sin(2 * np.pi * t / 5), seed=1, seconds=T / 24.0)
