@@ -27,6 +27,7 @@ from quality import ClipData, compare_clips
 from quality.gates import GateInputs, Gates, evaluate
 
 RULES = {"studio (default Gates())": Gates(),
+         "studio's rule, evidence anywhere in the frame": Gates(ghost_near_subject=False),
          "9 of 12 at one lag, 3 % (7bf8acf; short clips as today)": Gates(ghost_frames_min=9,
                                                                           ghost_min_subject_share=0.03),
          "before 2026-12-07 (12 of 12, any lag)": Gates(ghost_frames_min=12, ghost_lag_tolerance=None,
@@ -35,12 +36,19 @@ RULES = {"studio (default Gates())": Gates(),
                                                            ghost_min_subject_share=0.0)}
 
 
+def _rounded(value: float) -> float | None:
+    return None if np.isnan(value) else round(float(value), 4)
+
+
 def frames_of(comparison) -> list[dict]:
-    series = comparison._series()
-    return [{"score": round(float(comparison.ghost.scores[t]), 4), "near": round(float(series["ghost_score"][t]), 4),
-             "lag": int(series["ghost_lag"][t]),
-             "share": None if np.isnan(series["ghost_subject_share"][t]) else round(
-                 float(series["ghost_subject_share"][t]), 4)} for t in range(comparison.frames)]
+    """Per frame: the near-subject figures the default gates read (near, lag, share) and the same anywhere in the
+    frame (score, lag_any, share_any) for Gates(ghost_near_subject=False)."""
+    near = comparison.ghost_near_subject
+    share, share_any = comparison.ghost_subject_share, comparison._ghost_share(anywhere=True)
+    scores, lags = comparison.ghost.scores, comparison.ghost.lags
+    return [{"score": round(float(scores[t]), 4), "near": round(float(near[t]), 4),
+             "lag": int(lags[t]) if near[t] > 0 else 0, "lag_any": int(lags[t]) if scores[t] > 0 else 0,
+             "share": _rounded(share[t]), "share_any": _rounded(share_any[t])} for t in range(comparison.frames)]
 
 
 def _synthetic(case: dict) -> dict:
@@ -94,9 +102,10 @@ def dump(what: str, out: Path) -> None:
 
 def fails(row: dict, gates: Gates) -> tuple[bool, int]:
     frames = row["frames"]
-    series = {"ghost_score": np.array([f["near"] for f in frames], float),
-              "ghost_lag": np.array([f["lag"] for f in frames], float),
-              "ghost_subject_share": np.array([np.nan if f["share"] is None else f["share"] for f in frames], float)}
+    score, lag, share = ("near", "lag", "share") if gates.ghost_near_subject else ("score", "lag_any", "share_any")
+    series = {"ghost_score": np.array([f[score] for f in frames], float),
+              "ghost_lag": np.array([f[lag] for f in frames], float),
+              "ghost_subject_share": np.array([np.nan if f[share] is None else f[share] for f in frames], float)}
     values = GateInputs(lpips_delta=None, lpips_reason=None, sharpness_ratio=None, temporal_jitter_ratio=None,
                         ghost_threshold=0.05, audio_desync_ms=None, audio_reason=None, psnr_mean=0.0, series=series)
     entry = evaluate(values, gates)[0]["ghosting"]

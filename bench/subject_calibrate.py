@@ -50,10 +50,14 @@ SPACE: dict[str, list] = {
 }
 
 
-def load_inputs(row: dict) -> GateInputs:
+def load_inputs(row: dict, ghost_anywhere: bool = False) -> GateInputs:
+    """A row's gate inputs; ghost_anywhere: the ghost series measured anywhere in the frame (rows measured since
+    2026-12-07's second session carry them) for Gates(ghost_near_subject=False)."""
     names = {f.name for f in fields(GateInputs)} - {"series"}
-    series = {k: np.array([np.nan if v is None else v for v in values], np.float64)
-              for k, values in row["series"].items()}
+    if ghost_anywhere and "series_ghost_anywhere" not in row:
+        raise SystemExit(f"{row['id']}: measured before the ghost series anywhere in the frame were kept")
+    values = {**row["series"], **(row["series_ghost_anywhere"] if ghost_anywhere else {})}
+    series = {k: np.array([np.nan if v is None else v for v in values], np.float64) for k, values in values.items()}
     return GateInputs(**{k: row[k] for k in names if k in row}, series=series)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ import numpy as np
 from bench.subject_strips import pair_id
 from quality.clipio import read_clip
 from quality.compare import compare_clips
+from quality.gates import GHOST_SERIES
 from quality.metrics import BaselineMotionCache
 
 
@@ -35,10 +36,14 @@ def measure(corpus: Path, pair: dict, cache: BaselineMotionCache, base_frames) -
     comparison = compare_clips(base_frames, cand, lpips=False, baseline_motion=cache)
     inputs = comparison._gate_inputs()
     scalars = {k: v for k, v in asdict(inputs).items() if k != "series"}
+    # The ghost series as Gates(ghost_near_subject=False) reads them (evidence anywhere in the frame), so either
+    # rule can be scored from one measurement.
+    anywhere = replace(comparison, gates=replace(comparison.gates, ghost_near_subject=False))._series()
     return {"id": pair_id(pair), "config": pair["config"], "seed": pair["seed"], "prompt": pair["prompt"],
             **scalars, "ssim_mean": round(float(comparison.ssim.mean()), 5),
             "ghost_raw": _listed(comparison.ghost.scores),
-            "series": {k: _listed(v) for k, v in inputs.series.items()}}
+            "series": {k: _listed(v) for k, v in inputs.series.items()},
+            "series_ghost_anywhere": {k: _listed(anywhere[k]) for k in GHOST_SERIES}}
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from quality.gates import Gates, evaluate
 
 def judge(rows: list[dict], labels: dict, gates: Gates) -> dict:
     truth = np.array([labels[r["id"]]["label"] == "reject" for r in rows])
-    results = [evaluate(load_inputs(r), gates) for r in rows]
+    results = [evaluate(load_inputs(r, ghost_anywhere=not gates.ghost_near_subject), gates) for r in rows]
     rejected = np.array([verdict == "reject" for _, verdict, _ in results])
     sure = np.array([labels[r["id"]]["confidence"] == "sure" for r in rows])
     errors = [{"id": r["id"], "config": r["config"], **{k: labels[r["id"]][k] for k in ("label", "confidence",

@@ -144,11 +144,15 @@ class Comparison:
         """float64 (T,): the detector's evidence near the subject as a share of the baseline subject's area; NaN
         where no subject is measured. The gates ask a frame's copy to cover some of the subject: on clean nano pairs
         the detector fires on small bumps of an outline that wobbles between runs (2-13 % of the subject)."""
+        return self._ghost_share(anywhere=False)
+
+    def _ghost_share(self, anywhere: bool) -> np.ndarray:
         share = np.full(self.frames, np.nan)
         if self.subject is None:
             return share
         for t, heat, near in self._heat_near_subject(range(self.frames)):
-            share[t] = np.count_nonzero((heat > 0) & near) / max(1, int(self.subject.masks[t].sum()))
+            evidence = heat > 0 if anywhere else (heat > 0) & near
+            share[t] = np.count_nonzero(evidence) / max(1, int(self.subject.masks[t].sum()))
         return share
 
     @property
@@ -204,10 +208,13 @@ class Comparison:
         }
 
     def _series(self) -> dict[str, np.ndarray]:
-        near = self.ghost_near_subject
-        series: dict[str, np.ndarray] = {"ghost_score": near.astype(np.float64),
-                                         "ghost_lag": np.where(near > 0, self.ghost.lags, 0).astype(np.float64),
-                                         "ghost_subject_share": self.ghost_subject_share}
+        if self.gates.ghost_near_subject:
+            score, share = self.ghost_near_subject, self.ghost_subject_share
+        else:
+            score, share = self.ghost.scores, self._ghost_share(anywhere=True)
+        series: dict[str, np.ndarray] = {"ghost_score": score.astype(np.float64),
+                                         "ghost_lag": np.where(score > 0, self.ghost.lags, 0).astype(np.float64),
+                                         "ghost_subject_share": share}
         if self.flip is not None:
             series["flip"] = self.flip.astype(np.float64)
         if self.subject is not None:

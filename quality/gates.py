@@ -73,6 +73,10 @@ class Gates:
     ghost_window_frames: int = 12  # half a second at 24 fps
     ghost_lag_tolerance: int | None = 1
     ghost_min_subject_share: float = 0.02
+    # Count only the detector's evidence near the baseline's subject (True), or anywhere in the frame (False: a
+    # whole-frame double exposure or a second subject's copy counts too; the share is then all the evidence over
+    # the subject's area).
+    ghost_near_subject: bool = True
     audio_desync_max_ms: float | None = 40.0
     flip_mean_max: float | None = 0.12
     flip_window_max: float | None = 0.15  # worst-window mean FLIP over the whole frame (a damaged background)
@@ -243,6 +247,7 @@ def ghost_flags(series: dict[str, np.ndarray], threshold: float, gates: Gates) -
     return flagged
 
 
+GHOST_SERIES = ("ghost_score", "ghost_lag", "ghost_subject_share")  # what the ghosting gate reads
 GHOST_FRAMES_FLOOR = 3  # the detector's own least evidence for a ghost (quality.ghost.GhostParams.min_frames)
 
 
