@@ -1,6 +1,6 @@
 """The ghosting gate's rule on per-frame dumps: synthetic ghost suites against clean nano pairs (issue 35).
 
-    python -m bench.ghost_gate_rule dump synth|pan|CORPUS_DIR OUT.json   # per-frame ghost figures of every case
+    python -m bench.ghost_gate_rule dump synth|pan|CORPUS_DIR OUT.json [WORKERS]   # per-frame ghost figures
     python -m bench.ghost_gate_rule score OUT.json [OUT.json ...]         # the studio's gate (quality.gates) on them
 
 `dump` runs compare_clips on the synthetic calibration suite (tests/test_ghost_calibration.py), the same suite with
@@ -78,7 +78,7 @@ def _nano(job: tuple[str, str, str]) -> dict:
     return {"id": pair_id, "frames": frames_of(comparison)}
 
 
-def dump(what: str, out: Path) -> None:
+def dump(what: str, out: Path, workers: int = 1) -> None:
     if what in ("synth", "pan"):
         from tests import test_ghost_calibration as suite
         jobs, fn = suite.make_cases(), _synthetic
@@ -92,12 +92,12 @@ def dump(what: str, out: Path) -> None:
                 if "error" not in p]
         fn = _nano
     start, rows = time.time(), []
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for rows_done, row in enumerate(pool.map(fn, jobs, chunksize=4), 1):
             rows.append(row)
             if rows_done % 20 == 0 or rows_done == len(jobs):
                 print(f"{rows_done}/{len(jobs)} ({time.time() - start:.0f} s)", file=sys.stderr, flush=True)
-    out.write_text(json.dumps(rows) + "\n")
+                out.write_text(json.dumps(rows) + "\n")  # so far: a run cut short keeps what it measured
 
 
 def fails(row: dict, gates: Gates) -> tuple[bool, int]:
@@ -135,7 +135,7 @@ def score(files: list[Path]) -> dict:
 
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "dump":
-        dump(sys.argv[2], Path(sys.argv[3]))
+        dump(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 1)
     elif len(sys.argv) >= 3 and sys.argv[1] == "score":
         print(json.dumps(score([Path(a) for a in sys.argv[2:]]), indent=1))
     else:
