@@ -1,7 +1,7 @@
 """What the studio's comparison measures on every pair of issue 35's corpus, saved so thresholds can be tuned without
 measuring again (bench/subject_calibrate.py reads it).
 
-    python -m bench.subject_features --corpus DIR [--out DIR/features.jsonl] [--workers 2]
+    python -m bench.subject_features --corpus DIR [--out DIR/features.jsonl]
 
 One JSON line per pair, appended as it is measured (a rerun skips pairs already there): the pair's id, config and
 the gate inputs of `compare_clips` (LPIPS off: its weights are not on this disk) - the per-frame series the gates
