@@ -6,7 +6,8 @@
 Reads what bench/subject_features.py measured per pair and a label per pair (the same form as
 assets/subject_corpus/labels.json: accept / reject, the defects seen, sure / borderline), made by eye from the
 pair's strip before anything was scored. Scores the studio's default gates (quality.gates.Gates(), the subject-patch
-gate included) and, beside them, the same gates with the patch gate off (what the set says the new gate adds).
+gate included) and, beside them, the same gates with the patch gate off (what the set says the new gate adds) and
+with the ghosting gate reading the other region (evidence near the subject / anywhere in the frame).
 Reject is the positive class; targets: recall >= 95 %, false rejects <= 5 %. Reports the counts, every miss and
 false reject with its reasons, and the misses per labelled defect kind and per configuration.
 """
@@ -96,8 +97,9 @@ def main() -> None:
     out = {"features": str(args.features), "labels": str(args.labels), "gates": gates.to_dict(),
            "targets": {"reject_recall_min": 0.95, "false_reject_rate_max": 0.05}, "left_out_disagreed": disagreed,
            "with_patch_gate": judge(rows, labels, gates),
-           "without_patch_gate": judge(rows, labels, replace(gates, subject_patch_max=None))}
-    for name in ("with_patch_gate", "without_patch_gate"):
+           "without_patch_gate": judge(rows, labels, replace(gates, subject_patch_max=None)),
+           "ghost_other_region": judge(rows, labels, replace(gates, ghost_near_subject=not gates.ghost_near_subject))}
+    for name in ("with_patch_gate", "without_patch_gate", "ghost_other_region"):
         result = {k: v for k, v in out[name].items() if k != "errors"}
         print(name, json.dumps(result))
     if args.out:
