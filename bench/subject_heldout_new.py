@@ -97,9 +97,10 @@ def main() -> None:
     out = {"features": str(args.features), "labels": str(args.labels), "gates": gates.to_dict(),
            "targets": {"reject_recall_min": 0.95, "false_reject_rate_max": 0.05}, "left_out_disagreed": disagreed,
            "with_patch_gate": judge(rows, labels, gates),
-           "without_patch_gate": judge(rows, labels, replace(gates, subject_patch_max=None)),
-           "ghost_other_region": judge(rows, labels, replace(gates, ghost_near_subject=not gates.ghost_near_subject))}
-    for name in ("with_patch_gate", "without_patch_gate", "ghost_other_region"):
+           "without_patch_gate": judge(rows, labels, replace(gates, subject_patch_max=None))}
+    if all("series_ghost_anywhere" in r for r in rows):  # features measured since 31174de
+        out["ghost_other_region"] = judge(rows, labels, replace(gates, ghost_near_subject=not gates.ghost_near_subject))
+    for name in [k for k in ("with_patch_gate", "without_patch_gate", "ghost_other_region") if k in out]:
         result = {k: v for k, v in out[name].items() if k != "errors"}
         print(name, json.dumps(result))
     if args.out:
