@@ -5,9 +5,10 @@
 
 `dump` runs compare_clips on the synthetic calibration suite (tests/test_ghost_calibration.py), the same suite with
 the camera panning 2 px a frame on every scene (`pan`), or a corpus made by bench/subject_corpus.py, and keeps per
-frame what the ghosting gate reads: the detector's score near the subject, the copy's lag, the evidence's share of
-the subject's area. `score` evaluates quality.gates on those series with the studio's default Gates() and, for
-comparison, the rule before 2026-12-07 (12 flagged frames of 12, any lag, no share) and the detector's calibration
+frame what the ghosting gate reads, anywhere in the frame and near the subject: the detector's score, the copy's
+lag, the evidence's share of the subject's area. `score` evaluates quality.gates on those series with the studio's
+default Gates() and, for comparison, the same rule near the subject only, earlier rules (12 flagged frames of 12, any
+lag, no share, before 2026-12-07) and the detector's calibration
 gate (3 frames): synthetic recall at opacity >= 10 % (and, for the pan suite, of copies displaced by at least 2 %
 of the short side), false positives, and for nano corpora the pairs failed and the most counted frames.
 """
@@ -26,8 +27,8 @@ import numpy as np
 from quality import ClipData, compare_clips
 from quality.gates import GateInputs, Gates, evaluate
 
-RULES = {"studio (default Gates())": Gates(),
-         "studio's rule, evidence anywhere in the frame": Gates(ghost_near_subject=False),
+RULES = {"studio (default Gates(): evidence anywhere in the frame, since 2026-12-07)": Gates(),
+         "the same rule, evidence near the subject only (until 2026-12-07)": Gates(ghost_near_subject=True),
          "9 of 12 at one lag, 3 % (7bf8acf; short clips as today)": Gates(ghost_frames_min=9,
                                                                           ghost_min_subject_share=0.03),
          "before 2026-12-07 (12 of 12, any lag)": Gates(ghost_frames_min=12, ghost_lag_tolerance=None,

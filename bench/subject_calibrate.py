@@ -51,12 +51,14 @@ SPACE: dict[str, list] = {
 
 
 def load_inputs(row: dict, ghost_anywhere: bool = False) -> GateInputs:
-    """A row's gate inputs; ghost_anywhere: the ghost series measured anywhere in the frame (rows measured since
-    2026-12-07's second session carry them) for Gates(ghost_near_subject=False)."""
+    """A row's gate inputs, with the ghost series of one rule: anywhere in the frame (ghost_anywhere, for
+    Gates(ghost_near_subject=False); rows measured since 31174de carry them) or near the subject (rows measured
+    before the default read anywhere keep them as their main series; later ones carry them apart)."""
     names = {f.name for f in fields(GateInputs)} - {"series"}
     if ghost_anywhere and "series_ghost_anywhere" not in row:
         raise SystemExit(f"{row['id']}: measured before the ghost series anywhere in the frame were kept")
-    values = {**row["series"], **(row["series_ghost_anywhere"] if ghost_anywhere else {})}
+    ghost = row["series_ghost_anywhere"] if ghost_anywhere else row.get("series_ghost_near", {})
+    values = {**row["series"], **ghost}
     series = {k: np.array([np.nan if v is None else v for v in values], np.float64) for k, values in values.items()}
     return GateInputs(**{k: row[k] for k in names if k in row}, series=series)
 

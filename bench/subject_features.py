@@ -36,14 +36,16 @@ def measure(corpus: Path, pair: dict, cache: BaselineMotionCache, base_frames) -
     comparison = compare_clips(base_frames, cand, lpips=False, baseline_motion=cache)
     inputs = comparison._gate_inputs()
     scalars = {k: v for k, v in asdict(inputs).items() if k != "series"}
-    # The ghost series as Gates(ghost_near_subject=False) reads them (evidence anywhere in the frame), so either
-    # rule can be scored from one measurement.
-    anywhere = replace(comparison, gates=replace(comparison.gates, ghost_near_subject=False))._series()
+    # The ghost series as each rule reads them (evidence anywhere in the frame / near the subject), so either can be
+    # scored from one measurement whichever the default is.
+    anywhere, near = (replace(comparison, gates=replace(comparison.gates, ghost_near_subject=flag))._series()
+                      for flag in (False, True))
     return {"id": pair_id(pair), "config": pair["config"], "seed": pair["seed"], "prompt": pair["prompt"],
             **scalars, "ssim_mean": round(float(comparison.ssim.mean()), 5),
             "ghost_raw": _listed(comparison.ghost.scores),
             "series": {k: _listed(v) for k, v in inputs.series.items()},
-            "series_ghost_anywhere": {k: _listed(anywhere[k]) for k in GHOST_SERIES}}
+            "series_ghost_anywhere": {k: _listed(anywhere[k]) for k in GHOST_SERIES},
+            "series_ghost_near": {k: _listed(near[k]) for k in GHOST_SERIES}}
 
 
 def main() -> None:

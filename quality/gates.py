@@ -62,7 +62,7 @@ class Gates:
     temporal_jitter_ratio_max: float = 1.20
     ghosting_fails: bool = True
     # Ghosting: a copy that persists. Within one window of ghost_window_frames, at least ghost_frames_min frames
-    # flagged near the subject with the copy at one lag (within ghost_lag_tolerance frames, same direction; None:
+    # flagged with the copy at one lag (within ghost_lag_tolerance frames, same direction; None:
     # any lag), each frame's evidence covering at least ghost_min_subject_share of the subject's area (a clip too
     # short to hold that many frames of a copy at its lag needs the same share of those it can hold). On clean
     # nano pairs the detector fires on slivers of an outline that wobbles between runs (2-13 % of the subject),
@@ -73,10 +73,13 @@ class Gates:
     ghost_window_frames: int = 12  # half a second at 24 fps
     ghost_lag_tolerance: int | None = 1
     ghost_min_subject_share: float = 0.02
-    # Count only the detector's evidence near the baseline's subject (True), or anywhere in the frame (False: a
-    # whole-frame double exposure or a second subject's copy counts too; the share is then all the evidence over
-    # the subject's area).
-    ghost_near_subject: bool = True
+    # Count the detector's evidence anywhere in the frame (False: a whole-frame double exposure, a second subject's
+    # copy, a fast subject's copy far from it count too; the share is then all the evidence over the subject's
+    # area), or only near the baseline's subject (True, the rule until 2026-12-07, written to drop a textured
+    # background's false matches: on new synthetic scenes it missed three more copies of 38, and three more of 39
+    # under a pan, than counting anywhere, which raised no false alarm there nor on clean nano pairs, where the
+    # one-lag rule above already drops those matches; BENCHMARKS.md "The ghosting gate").
+    ghost_near_subject: bool = False
     audio_desync_max_ms: float | None = 40.0
     flip_mean_max: float | None = 0.12
     flip_window_max: float | None = 0.15  # worst-window mean FLIP over the whole frame (a damaged background)
@@ -92,7 +95,8 @@ class GateInputs:
 
     series: per-frame float arrays (T,), NaN where a frame has no value: subject_present, subject_displacement_px,
     subject_fragments (pieces beyond the baseline's), subject_colour_delta, subject_patch, subject_flip, flip,
-    ghost_score (near the subject; 0 elsewhere), ghost_lag (the copy's lag in frames where ghost_score is set),
+    ghost_score (the detector's; with Gates.ghost_near_subject, 0 where its evidence lies away from the subject),
+    ghost_lag (the copy's lag in frames where ghost_score is set),
     ghost_subject_share (the copy's evidence over the subject's area), subject_size_px (the side of a square of the
     baseline subject's area: the displacement limit is a share of its median). ghost_threshold: the detector's
     per-frame threshold.
@@ -237,7 +241,7 @@ def _upper_gate(table: _Table, name: str, text: str, value: float | None, limit:
 
 
 def ghost_flags(series: dict[str, np.ndarray], threshold: float, gates: Gates) -> np.ndarray:
-    """bool (T,): frames the ghosting gate counts: a copy near the subject scoring `threshold` or more whose
+    """bool (T,): frames the ghosting gate counts: a copy scoring `threshold` or more whose
     evidence covers at least ghost_min_subject_share of the subject (frames without a measured subject, or series
     stored before the share was measured, are not held to the share)."""
     flagged = np.nan_to_num(series["ghost_score"]) >= threshold

@@ -35,8 +35,8 @@ class FrameMetrics:
     psnr: float
     ssim: float
     ghost_score: float
-    ghost: bool  # the ghosting gate counts this frame (a copy near the subject at the frame threshold, covering
-    # enough of the subject: quality.gates.ghost_flags)
+    ghost: bool  # the ghosting gate counts this frame (a copy at the frame threshold whose evidence covers enough
+    # of the subject's area: quality.gates.ghost_flags)
     ghost_lag: int = 0  # frames between the frame and the copy it ghosts
     ghost_displacement_px: float = 0.0
     lpips: float | None = None

@@ -236,3 +236,21 @@ def test_ghosting_needs_a_copy_covering_part_of_the_subject():
         values = _ghost_inputs(score, lag)
         values.series["ghost_subject_share"] = np.full(40, share)
         assert (evaluate(values, Gates())[0]["ghosting"]["passed"] is False) is fails, share
+
+
+@pytest.mark.parametrize("seed, lag, mode", [(3, -8, "sprite"), (7, -10, "blend")])
+def test_ghosting_counts_a_copy_far_from_the_subject(seed, lag, mode):
+    """A fast subject's copy 8 frames behind (about 100 px away) and a whole-frame double exposure fail: the gate
+    counts the detector's evidence anywhere in the frame. Counting only evidence near the subject (the rule until
+    2026-12-07, Gates(ghost_near_subject=True)) passes both: it missed such copies in new synthetic scenes."""
+    from dataclasses import replace
+
+    from quality import synth
+    drawn = synth.make_scene(seed, width=320, height=180, frames=24, speed=12 if mode == "sprite" else 10)
+    base = synth.render_clip(drawn)
+    cand = synth.render_clip(drawn, synth.Ghost(0.3, lag, mode))
+    comparison = compare_clips(ClipData(base, 24.0), ClipData(cand, 24.0), lpips=False, flip=False, workers=1)
+    ghosting = comparison.summary()["gates"]["ghosting"]
+    assert ghosting["passed"] is False and f"{abs(lag)} frames" in ghosting["text"], ghosting
+    near_only = replace(comparison, gates=replace(comparison.gates, ghost_near_subject=True))
+    assert near_only.summary()["gates"]["ghosting"]["passed"] is True
