@@ -44,7 +44,8 @@ class FrameMetrics:
     jitter_ratio: float | None = None
     temporal_error: float | None = None
     flip: float | None = None
-    ghost_away_from_subject: bool = False  # the detector fired here, but away from the subject: not counted
+    ghost_away_from_subject: bool = False  # the detector fired here, away from the subject (the gate counts it
+    # unless Gates.ghost_near_subject)
     # the subject (quality/subject.py); None where the baseline frame has no subject
     subject_present: float | None = None  # share of the baseline subject the candidate keeps
     subject_displacement_px: float | None = None
