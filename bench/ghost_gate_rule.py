@@ -29,12 +29,14 @@ from quality.gates import GateInputs, Gates, evaluate
 
 RULES = {"studio (default Gates(): evidence anywhere in the frame, since 2026-12-07)": Gates(),
          "the same rule, evidence near the subject only (until 2026-12-07)": Gates(ghost_near_subject=True),
+         # earlier rules, as they were: near the subject
          "9 of 12 at one lag, 3 % (7bf8acf; short clips as today)": Gates(ghost_frames_min=9,
-                                                                          ghost_min_subject_share=0.03),
+                                                                          ghost_min_subject_share=0.03,
+                                                                          ghost_near_subject=True),
          "before 2026-12-07 (12 of 12, any lag)": Gates(ghost_frames_min=12, ghost_lag_tolerance=None,
-                                                        ghost_min_subject_share=0.0),
+                                                        ghost_min_subject_share=0.0, ghost_near_subject=True),
          "detector calibration (3 frames, any lag)": Gates(ghost_frames_min=3, ghost_lag_tolerance=None,
-                                                           ghost_min_subject_share=0.0)}
+                                                           ghost_min_subject_share=0.0, ghost_near_subject=True)}
 
 
 def _rounded(value: float) -> float | None:
@@ -119,7 +121,9 @@ def score(files: list[Path]) -> dict:
         rows = json.loads(file.read_text())
         figures = {}
         for name, gates in RULES.items():
-            if "kind" in rows[0]:
+            if not gates.ghost_near_subject and "lag_any" not in rows[0]["frames"][0]:
+                figures[name] = "not in this dump (made before 31174de kept the evidence anywhere in the frame)"
+            elif "kind" in rows[0]:
                 ghosts = [r for r in rows if r["kind"] == "ghost" and r["opacity"] >= 0.1]
                 visible = [r for r in ghosts if r["offset_px"] >= 0.02 * r["short_side"]]
                 harmless = [r for r in rows if r["kind"] != "ghost"]
