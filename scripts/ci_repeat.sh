@@ -20,5 +20,6 @@ for i in $(seq 1 "$runs"); do
     "$i" "$commit" "$started" "$rc" "$summary" "$secs" "$load" >> "$record"
   echo "ci_repeat: run $i/$runs rc=$rc ($summary) in ${secs}s" >&2
   if [ "$rc" -ne 0 ]; then cp "$dir/ci.log" "${record%.jsonl}_run${i}_failed.log"; fi
+  sed -n '/slowest 20 durations/,/^=/p' "$dir/ci.log" > "${record%.jsonl}_slowest_${commit}.txt"  # where the time goes
   rm -rf "$dir"
 done
