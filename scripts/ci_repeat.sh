@@ -19,7 +19,7 @@ for i in $(seq 1 "$runs"); do
   printf '{"run": %d, "commit": "%s", "started": "%s", "rc": %d, "summary": "%s", "wall_s": %d, "loadavg_at_end": "%s"}\n' \
     "$i" "$commit" "$started" "$rc" "$summary" "$secs" "$load" >> "$record"
   echo "ci_repeat: run $i/$runs rc=$rc ($summary) in ${secs}s" >&2
-  if [ "$rc" -ne 0 ]; then cp "$dir/ci.log" "${record%.jsonl}_run${i}_failed.log"; fi
+  if [ "$rc" -ne 0 ]; then cp "$dir/ci.log" "${record%.jsonl}_${commit}_failed.log"; fi
   sed -n '/slowest 20 durations/,/^=/p' "$dir/ci.log" > "${record%.jsonl}_slowest_${commit}.txt"  # where the time goes
   rm -rf "$dir"
 done

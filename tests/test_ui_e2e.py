@@ -253,6 +253,11 @@ def test_generate_compare_review_export(page, studio_url, tmp_path):
     # The quickest pair the UI offers: the 5-step tier cut to 1 step, and a 1-step baseline.
     page.fill("#h3-prompt textarea", "a red kite dips over a windy beach")
     page.wait_for_selector("#h3-prompt-note:has-text('kite')")
+    # Leaving the examples list without choosing keeps what was typed (gradio's dropdown fires input on blur).
+    page.click("#h3-prompt-examples input")
+    page.click("#h3-prompt textarea")
+    page.wait_for_timeout(1500)
+    assert page.locator("#h3-prompt textarea").input_value() == "a red kite dips over a windy beach"
     page.fill("#h3-seed input", "7")
     pick(page, "h3-tier", "turbo-5")
     page.click("#h3-advanced button")

@@ -116,7 +116,8 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
                 use_suggestion = gr.Button("Use the suggested prompt", size="sm", visible=False, scale=0,
                                            elem_id="h3-prompt-suggestion")
             examples = gr.Dropdown(options.get("prompt_examples", []), value=None, label=EXAMPLES_LABEL,
-                                   visible=bool(options.get("prompt_examples")), elem_id="h3-prompt-examples")
+                                   visible=bool(options.get("prompt_examples")), interactive=True,
+                                   elem_id="h3-prompt-examples")  # read through select alone: say it takes input
             with gr.Row():
                 duration = gr.Slider(options["min_duration"], options["max_duration"],
                                      value=options["default_duration"], step=0.5, label="Duration (s)",
@@ -200,6 +201,9 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
             return gr.update(value="", visible=False), gr.update(visible=False)  # no empty box takes room
         return gr.update(value=prompt_note_html(check), visible=True), gr.update(visible=bool(check["suggestion"]))
 
+    def use_example(event: gr.SelectData):
+        return event.value or gr.update()
+
     def suggested(text):
         check = service.prompt_check(text) if text else None
         return check["suggestion"] if check and check["suggestion"] else gr.update()
@@ -207,7 +211,9 @@ def build_generate_tab(service: StudioService, media: MediaDir, accounts: Accoun
     prompt.change(check_prompt, prompt, [prompt_note, use_suggestion], queue=False, show_progress="hidden",
                   trigger_mode="always_last")
     use_suggestion.click(suggested, prompt, prompt, queue=False)
-    examples.input(lambda text: text or gr.update(), examples, prompt, queue=False)
+    # select, not input: gradio's dropdown fires input again on every blur, which put the example back over a
+    # prompt typed since (and, picking, fired twice: a late second reply could undo the next keystrokes)
+    examples.select(use_example, None, prompt, queue=False)
 
     def prompt_help():
         """The example picker and the prompt's placeholder for the loaded model (the page is built before it loads)."""
